@@ -1,0 +1,139 @@
+"""Anthropic Messages (``POST /v1/messages``).
+
+``system`` is a string or text blocks; message content is a string or blocks:
+``text``, ``image`` / ``document``, ``tool_use``, ``tool_result`` (string or nested
+blocks, ``is_error``), ``thinking`` (with ``signature``) and ``redacted_thinking``.
+``cache_control`` and every other field stay in the wire untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ctxwarden.adapters.base import (
+    Adapter,
+    check_pairing,
+    expect,
+    expect_object,
+    optional_str,
+)
+from ctxwarden.model.conversation import Conversation, Message
+from ctxwarden.model.parts import (
+    ContentPart,
+    MediaPart,
+    OpaquePart,
+    Part,
+    Path,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from ctxwarden.model.render import render_conversation
+
+__all__ = ["ADAPTER", "parse", "render"]
+
+_MEDIA_TYPES = {"image": "image", "document": "file", "search_result": "file"}
+
+
+def _simple_block(block: dict[str, Any], path: Path) -> ContentPart:
+    kind = block.get("type")
+    if kind == "text":
+        return TextPart(text=expect(block.get("text"), str, (*path, "text")), path=(*path, "text"))
+    if isinstance(kind, str) and kind in _MEDIA_TYPES:
+        return MediaPart(media_type=_MEDIA_TYPES[kind], path=path)
+    return OpaquePart(wire_type=str(kind), path=path)
+
+
+def _result_content(content: Any, path: Path) -> tuple[ContentPart, ...]:
+    if content is None:
+        return ()
+    if isinstance(content, str):
+        return (TextPart(text=content, path=path),)
+    blocks = expect(content, list, path)
+    return tuple(
+        _simple_block(expect_object(b, (*path, j)), (*path, j)) for j, b in enumerate(blocks)
+    )
+
+
+def _block(value: Any, path: Path) -> Part:
+    block = expect_object(value, path)
+    kind = block.get("type")
+    if kind == "tool_use":
+        arguments = orjson.dumps(block.get("input", {})).decode()
+        return ToolCallPart(
+            call_id=expect(block.get("id"), str, (*path, "id")),
+            name=expect(block.get("name"), str, (*path, "name")),
+            arguments=arguments,
+            path=path,
+        )
+    if kind == "tool_result":
+        is_error = block.get("is_error", False)
+        return ToolResultPart(
+            call_id=expect(block.get("tool_use_id"), str, (*path, "tool_use_id")),
+            content=_result_content(block.get("content"), (*path, "content")),
+            is_error=bool(expect(is_error, bool, (*path, "is_error"))),
+            path=path,
+        )
+    if kind == "thinking":
+        text = expect(block.get("thinking"), str, (*path, "thinking"))
+        return ReasoningPart(text=text, path=path, signed=block.get("signature") is not None)
+    if kind == "redacted_thinking":
+        return ReasoningPart(text="", path=path, signed=True, redacted=True)
+    return _simple_block(block, path)
+
+
+def _message(value: Any, path: Path) -> Message:
+    msg = expect_object(value, path)
+    role = expect(msg.get("role"), str, (*path, "role"))
+    content = msg.get("content")
+    content_path = (*path, "content")
+    if isinstance(content, str):
+        parts: tuple[Part, ...] = (TextPart(text=content, path=content_path),)
+    else:
+        blocks = expect(content, list, content_path)
+        parts = tuple(_block(b, (*content_path, j)) for j, b in enumerate(blocks))
+    return Message(role=role, parts=parts, path=path)
+
+
+def _system(value: Any) -> tuple[Part, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (TextPart(text=value, path=("system",)),)
+    blocks = expect(value, list, ("system",))
+    return tuple(
+        _simple_block(expect_object(b, ("system", j)), ("system", j)) for j, b in enumerate(blocks)
+    )
+
+
+def _tool_names(tools: Any) -> tuple[str, ...]:
+    if not isinstance(tools, list):
+        return ()
+    return tuple(t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
+
+
+def parse(wire: Any) -> Conversation:
+    """Parse a Messages request body (see :mod:`ctxwarden.adapters.base`)."""
+    body = expect_object(wire, ())
+    messages = expect(body.get("messages"), list, ("messages",))
+    conversation = Conversation(
+        api="anthropic.messages",
+        wire=body,
+        messages=tuple(_message(m, ("messages", i)) for i, m in enumerate(messages)),
+        system=_system(body.get("system")),
+        model=optional_str(body, "model", ()),
+        tool_names=_tool_names(body.get("tools")),
+    )
+    check_pairing(conversation)
+    return conversation
+
+
+def render(conversation: Conversation) -> dict[str, Any]:
+    """Render a Messages request (edited texts written back, rest exact)."""
+    return render_conversation(conversation)
+
+
+ADAPTER = Adapter(api="anthropic.messages", parse=parse, render=render)

@@ -1,0 +1,120 @@
+"""OpenAI Chat Completions (``POST /v1/chat/completions``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxwarden.adapters.base import (
+    Adapter,
+    check_pairing,
+    expect,
+    expect_object,
+    optional_str,
+)
+from ctxwarden.model.conversation import Conversation, Message
+from ctxwarden.model.parts import (
+    ContentPart,
+    MediaPart,
+    OpaquePart,
+    Part,
+    Path,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from ctxwarden.model.render import render_conversation
+
+__all__ = ["ADAPTER", "parse", "render"]
+
+_MEDIA_TYPES = {"image_url": "image", "input_audio": "audio", "file": "file"}
+
+
+def _content_parts(content: Any, path: Path) -> tuple[ContentPart, ...]:
+    if content is None:
+        return ()
+    if isinstance(content, str):
+        return (TextPart(text=content, path=path),)
+    items = expect(content, list, path)
+    parts: list[ContentPart] = []
+    for j, item in enumerate(items):
+        item_path = (*path, j)
+        block = expect_object(item, item_path)
+        kind = block.get("type")
+        if kind == "text":
+            text = expect(block.get("text"), str, (*item_path, "text"))
+            parts.append(TextPart(text=text, path=(*item_path, "text")))
+        elif isinstance(kind, str) and kind in _MEDIA_TYPES:
+            parts.append(MediaPart(media_type=_MEDIA_TYPES[kind], path=item_path))
+        else:
+            parts.append(OpaquePart(wire_type=str(kind), path=item_path))
+    return tuple(parts)
+
+
+def _tool_calls(value: Any, path: Path) -> list[Part]:
+    calls: list[Part] = []
+    for j, item in enumerate(expect(value, list, path)):
+        item_path = (*path, j)
+        call = expect_object(item, item_path)
+        call_id = expect(call.get("id"), str, (*item_path, "id"))
+        function = call.get("function")
+        if call.get("type", "function") != "function" or function is None:
+            calls.append(OpaquePart(wire_type=str(call.get("type")), path=item_path))
+            continue
+        fn = expect_object(function, (*item_path, "function"))
+        name = expect(fn.get("name"), str, (*item_path, "function", "name"))
+        arguments = fn.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = str(arguments)
+        calls.append(ToolCallPart(call_id=call_id, name=name, arguments=arguments, path=item_path))
+    return calls
+
+
+def _message(item: Any, path: Path) -> Message:
+    msg = expect_object(item, path)
+    role = expect(msg.get("role"), str, (*path, "role"))
+    content_path = (*path, "content")
+    if role == "tool":
+        call_id = expect(msg.get("tool_call_id"), str, (*path, "tool_call_id"))
+        result = ToolResultPart(
+            call_id=call_id, content=_content_parts(msg.get("content"), content_path), path=path
+        )
+        return Message(role=role, parts=(result,), path=path)
+    parts: list[Part] = list(_content_parts(msg.get("content"), content_path))
+    if role == "assistant" and msg.get("tool_calls") is not None:
+        parts.extend(_tool_calls(msg["tool_calls"], (*path, "tool_calls")))
+    if role == "function":
+        parts = [OpaquePart(wire_type="function", path=path)]
+    return Message(role=role, parts=tuple(parts), path=path)
+
+
+def _tool_names(tools: Any) -> tuple[str, ...]:
+    names: list[str] = []
+    if isinstance(tools, list):
+        for tool in tools:
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                names.append(fn["name"])
+    return tuple(names)
+
+
+def parse(wire: Any) -> Conversation:
+    """Parse a Chat Completions request body (see :mod:`ctxwarden.adapters.base`)."""
+    body = expect_object(wire, ())
+    messages = expect(body.get("messages"), list, ("messages",))
+    conversation = Conversation(
+        api="openai.chat",
+        wire=body,
+        messages=tuple(_message(m, ("messages", i)) for i, m in enumerate(messages)),
+        model=optional_str(body, "model", ()),
+        tool_names=_tool_names(body.get("tools")),
+    )
+    check_pairing(conversation)
+    return conversation
+
+
+def render(conversation: Conversation) -> dict[str, Any]:
+    """Render a Chat Completions request (edited texts written back, rest exact)."""
+    return render_conversation(conversation)
+
+
+ADAPTER = Adapter(api="openai.chat", parse=parse, render=render)

@@ -1,0 +1,145 @@
+"""OpenAI Responses (``POST /v1/responses``).
+
+``input`` is a string or a list of items: messages (with or without ``type``),
+``function_call`` / ``custom_tool_call``, ``function_call_output`` /
+``custom_tool_call_output``, ``reasoning`` (``encrypted_content`` kept opaque) and
+anything else as an opaque item. ``instructions`` is system content.
+With ``previous_response_id`` a call output may answer a call held upstream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxwarden.adapters.base import (
+    Adapter,
+    check_pairing,
+    expect,
+    expect_object,
+    optional_str,
+)
+from ctxwarden.model.conversation import Conversation, Message
+from ctxwarden.model.parts import (
+    ContentPart,
+    MediaPart,
+    OpaquePart,
+    Part,
+    Path,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from ctxwarden.model.render import render_conversation
+
+__all__ = ["ADAPTER", "parse", "render"]
+
+_TEXT_TYPES = frozenset({"input_text", "output_text", "text", "summary_text"})
+_MEDIA_TYPES = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
+
+
+def _content_parts(content: Any, path: Path) -> tuple[ContentPart, ...]:
+    if content is None:
+        return ()
+    if isinstance(content, str):
+        return (TextPart(text=content, path=path),)
+    parts: list[ContentPart] = []
+    for j, item in enumerate(expect(content, list, path)):
+        item_path = (*path, j)
+        block = expect_object(item, item_path)
+        kind = block.get("type")
+        if kind in _TEXT_TYPES:
+            text = expect(block.get("text"), str, (*item_path, "text"))
+            parts.append(TextPart(text=text, path=(*item_path, "text")))
+        elif isinstance(kind, str) and kind in _MEDIA_TYPES:
+            parts.append(MediaPart(media_type=_MEDIA_TYPES[kind], path=item_path))
+        else:
+            parts.append(OpaquePart(wire_type=str(kind), path=item_path))
+    return tuple(parts)
+
+
+def _item(value: Any, path: Path) -> Message:
+    item = expect_object(value, path)
+    kind = item.get("type")
+    if kind is None or kind == "message":
+        role = expect(item.get("role"), str, (*path, "role"))
+        parts = _content_parts(item.get("content"), (*path, "content"))
+        return Message(role=role, parts=parts, path=path, item_type="message")
+    kind = expect(kind, str, (*path, "type"))
+    if kind in ("function_call", "custom_tool_call"):
+        args_key = "arguments" if kind == "function_call" else "input"
+        call = ToolCallPart(
+            call_id=expect(item.get("call_id"), str, (*path, "call_id")),
+            name=expect(item.get("name"), str, (*path, "name")),
+            arguments=str(item.get(args_key, "")),
+            path=path,
+        )
+        return Message(role="assistant", parts=(call,), path=path, item_type=kind)
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        call_id = expect(item.get("call_id"), str, (*path, "call_id"))
+        content = _content_parts(item.get("output"), (*path, "output"))
+        result = ToolResultPart(call_id=call_id, content=content, path=path)
+        return Message(role="tool", parts=(result,), path=path, item_type=kind)
+    if kind == "reasoning":
+        summary = item.get("summary")
+        texts: list[str] = []
+        if isinstance(summary, list):
+            texts = [s["text"] for s in summary if isinstance(s, dict) and "text" in s]
+        reasoning = ReasoningPart(
+            text="\n".join(t for t in texts if isinstance(t, str)),
+            path=path,
+            signed=item.get("encrypted_content") is not None,
+        )
+        return Message(role="assistant", parts=(reasoning,), path=path, item_type=kind)
+    item_role = item.get("role")
+    return Message(
+        role=item_role if isinstance(item_role, str) else "assistant",
+        parts=(OpaquePart(wire_type=kind, path=path),),
+        path=path,
+        item_type=kind,
+    )
+
+
+def _tool_names(tools: Any) -> tuple[str, ...]:
+    if not isinstance(tools, list):
+        return ()
+    return tuple(t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
+
+
+def parse(wire: Any) -> Conversation:
+    """Parse a Responses request body (see :mod:`ctxwarden.adapters.base`)."""
+    body = expect_object(wire, ())
+    raw_input = body.get("input")
+    if raw_input is None:
+        messages: tuple[Message, ...] = ()
+    elif isinstance(raw_input, str):
+        text = TextPart(text=raw_input, path=("input",))
+        messages = (Message(role="user", parts=(text,), path=("input",)),)
+    else:
+        items = expect(raw_input, list, ("input",))
+        messages = tuple(_item(v, ("input", i)) for i, v in enumerate(items))
+    system: tuple[Part, ...] = ()
+    instructions = optional_str(body, "instructions", ())
+    if instructions is not None:
+        system = (TextPart(text=instructions, path=("instructions",)),)
+    previous = optional_str(body, "previous_response_id", ())
+    conversation = Conversation(
+        api="openai.responses",
+        wire=body,
+        messages=messages,
+        system=system,
+        model=optional_str(body, "model", ()),
+        tool_names=_tool_names(body.get("tools")),
+        previous_response_id=previous,
+        messages_key="input",
+    )
+    check_pairing(conversation, allow_unknown_results=previous is not None)
+    return conversation
+
+
+def render(conversation: Conversation) -> dict[str, Any]:
+    """Render a Responses request (edited texts written back, rest exact)."""
+    return render_conversation(conversation)
+
+
+ADAPTER = Adapter(api="openai.responses", parse=parse, render=render)

@@ -1,0 +1,168 @@
+"""``ctxwarden condense``, ``inspect`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ctxwarden.cli.common import add_engine_options, engine_from_args, print_json
+from ctxwarden.io import bundled_sessions, guess_api, load_request, load_session, session_requests
+from ctxwarden.model.classify import protected_message_indexes
+from ctxwarden.model.parts import ToolResultPart
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("condense", help="print the condensed request for FILE (or - for stdin)")
+    p.add_argument("file")
+    p.add_argument("--api", choices=("openai.chat", "openai.responses", "anthropic.messages"))
+    p.add_argument("--model", help="override the request's model for budgeting")
+    p.add_argument("--report", action="store_true", help="print the report to stderr")
+    add_engine_options(p)
+    p.set_defaults(handler=_condense)
+
+    p = sub.add_parser("inspect", help="show messages, parts, safety classes and tokens")
+    p.add_argument("file")
+    p.add_argument("--api", choices=("openai.chat", "openai.responses", "anthropic.messages"))
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_engine_options(p)
+    p.set_defaults(handler=_inspect)
+
+    p = sub.add_parser("demo", help="condense the bundled real sessions turn by turn")
+    add_engine_options(p)
+    p.set_defaults(handler=_demo)
+
+
+def _request(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    request = load_request(args.file)
+    api = args.api or guess_api(request)
+    if getattr(args, "model", None) and isinstance(request, dict):
+        request = {**request, "model": args.model}
+    return request, api
+
+
+def _condense(args: argparse.Namespace) -> int:
+    request, api = _request(args)
+    engine = engine_from_args(args)
+    try:
+        result = engine.condense(request, api=api)
+    finally:
+        engine.close()
+    print_json(result.request)
+    if args.report:
+        import sys
+
+        import orjson
+
+        sys.stderr.write(orjson.dumps(result.report).decode() + "\n")
+    return 0
+
+
+def inspect_rows(engine: Any, request: Any, api: str) -> dict[str, Any]:
+    """The inspect view of one request as plain data (also the ``--json`` output)."""
+    conversation = engine.parse(request, api)
+    info = engine.registry.lookup(conversation.model)
+    counter = engine.counter_for(info)
+    budget = engine.budget_for(conversation.model)
+    total = counter.count_conversation(conversation)
+    protected = protected_message_indexes(conversation)
+    last = conversation.last_assistant_index
+    rows = []
+    for i, message in enumerate(conversation.messages):
+        for part in message.parts:
+            inner = part.content if isinstance(part, ToolResultPart) else ()
+            classes = sorted({str(p.safety) for p in inner}) if inner else [str(part.safety)]
+            rows.append(
+                {
+                    "message": i,
+                    "role": message.role,
+                    "kind": part.kind,
+                    "safety": ",".join(classes),
+                    "tokens": counter.count_part(part),
+                    "protected": i in protected,
+                    "cache_stable": i <= last,
+                }
+            )
+    return {
+        "api": api,
+        "model": conversation.model,
+        "messages": len(conversation.messages),
+        "tokens": total,
+        "context_window": budget.context_window,
+        "window_source": budget.window_source,
+        "pressure": round(budget.pressure(total), 4),
+        "band": budget.band(total),
+        "estimator_confidence": counter.confidence,
+        "parts": rows,
+    }
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    request, api = _request(args)
+    engine = engine_from_args(args, store={"backend": "memory"})
+    view = inspect_rows(engine, request, api)
+    if args.json:
+        print_json(view)
+        return 0
+    table = Table(title=f"{api} · model {view['model']} · {view['messages']} messages")
+    for column in ("#", "role", "kind", "safety", "tokens", "cache-stable"):
+        table.add_column(column, justify="right" if column in ("#", "tokens") else "left")
+    for row in view["parts"]:
+        table.add_row(
+            str(row["message"]),
+            row["role"],
+            row["kind"],
+            row["safety"],
+            str(row["tokens"]),
+            "yes" if row["cache_stable"] else "no (newest)",
+        )
+    console = Console()
+    console.print(table)
+    console.print(
+        f"tokens {view['tokens']:,} of a {view['context_window']:,} window "
+        f"({view['window_source']}); pressure {view['pressure']:.1%} band {view['band']}; "
+        f"estimator confidence {view['estimator_confidence']}"
+    )
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    engine = engine_from_args(args, store={"backend": "memory"})
+    table = Table(title="ctxwarden demo: bundled real sessions, condensed turn by turn")
+    for column in ("session", "turns", "input tokens exact", "condensed", "reduction", "rewrites"):
+        table.add_column(column, justify="left" if column == "session" else "right")
+    grand_before = grand_after = 0
+    for path in bundled_sessions():
+        session = load_session(path)
+        before = after = rewrites = 0
+        pairs = session_requests(session)
+        for request, _ in pairs:
+            result = engine.condense(request, api="openai.chat", session=session.id)
+            before += result.report["tokens_before"]
+            after += result.report["tokens_after"]
+            rewrites += int(result.changed)
+        grand_before += before
+        grand_after += after
+        table.add_row(
+            session.id.split("__")[-1],
+            str(len(pairs)),
+            f"{before:,}",
+            f"{after:,}",
+            f"{1 - after / max(1, before):.1%}",
+            str(rewrites),
+        )
+    table.add_row(
+        "all",
+        "",
+        f"{grand_before:,}",
+        f"{grand_after:,}",
+        f"{1 - grand_after / max(1, grand_before):.1%}",
+        "",
+    )
+    Console().print(table)
+    engine.close()
+    return 0

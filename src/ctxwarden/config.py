@@ -1,0 +1,92 @@
+"""Engine configuration: typed, strict (unknown keys rejected), defined in one place.
+
+A config file is TOML; its tables mirror these models. Errors name the dotted key::
+
+    mode = "active"            # active | shadow | exact
+    preset = "balanced"        # conservative | balanced | aggressive
+    [budget]
+    context_window = 128000
+    [store]
+    backend = "sqlite"         # sqlite | memory | redis | postgres
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ctxwarden.errors import ConfigError
+
+__all__ = [
+    "BudgetConfig",
+    "EngineConfig",
+    "Mode",
+    "StoreConfig",
+    "config_error",
+    "load_config",
+]
+
+Mode = Literal["active", "shadow", "exact"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BudgetConfig(_Strict):
+    """Overrides of the registry's window and output reserve."""
+
+    context_window: int | None = Field(None, gt=0, description="Explicit context window.")
+    output_reserve: int | None = Field(None, ge=0, description="Tokens kept for the answer.")
+    style: Literal["openai", "anthropic"] | None = Field(
+        None, description="Cache price style; default: the model's registry entry."
+    )
+
+
+class StoreConfig(_Strict):
+    """Where originals of condensed content are kept."""
+
+    backend: Literal["sqlite", "memory", "redis", "postgres"] = "sqlite"
+    path: str | None = Field(None, description="SQLite file; default <data_dir>/store.sqlite3.")
+    url: str | None = Field(None, description="Redis or PostgreSQL URL.")
+    ttl_seconds: int = Field(30 * 86400, gt=0, description="Artifacts unused this long expire.")
+    max_bytes: int = Field(2 * 1024**3, gt=0, description="Cap on stored bytes; gc trims.")
+
+
+class EngineConfig(_Strict):
+    """Everything the engine needs; ``EngineConfig()`` is the default (balanced)."""
+
+    mode: Mode = "active"
+    preset: str = Field("balanced", description="Pipeline preset the passes start from.")
+    pipeline: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of the preset's pass settings."
+    )
+    budget: BudgetConfig = BudgetConfig()
+    store: StoreConfig = StoreConfig()
+    data_dir: str | None = Field(None, description="Default ~/.local/share/ctxwarden.")
+    include_contents_in_report: bool = False
+
+
+def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
+    """One :class:`ConfigError` naming the first invalid key of a pydantic error."""
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in (prefix, *first["loc"]) if p != "")
+    return ConfigError(first["msg"], key)
+
+
+def load_config(path: str | Path) -> EngineConfig:
+    """Read a TOML config file into an :class:`EngineConfig`."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("file not found", str(p)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", str(p)) from exc
+    try:
+        return EngineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc) from exc

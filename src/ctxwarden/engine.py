@@ -1,0 +1,219 @@
+"""The public engine: ``Engine().condense(request, api=...)``.
+
+Contract (kept stable; other tools drive it):
+
+- ``condense`` never mutates its input and never raises for a request it can
+  forward: a malformed request raises :class:`~ctxwarden.errors.MalformedRequest`
+  (the caller decides), anything else that goes wrong returns the original request
+  with ``report["fallback_reason"]`` set.
+- ``result.request`` is a new dict; values that were not rewritten are shared with
+  the input, so treat both as read-only.
+- ``result.report`` holds counters and decisions, never message contents unless
+  ``include_contents_in_report`` is set.
+
+The path of one request: parse -> classify -> count -> budget -> condense (passes,
+planned per session) -> validate -> render.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxwarden.adapters import get_adapter
+from ctxwarden.config import EngineConfig, Mode, load_config
+from ctxwarden.errors import MalformedRequest, ValidationFailed
+from ctxwarden.model.classify import classify
+from ctxwarden.model.conversation import Conversation
+from ctxwarden.model.session import derive_session_key
+from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
+from ctxwarden.pipeline.validate import validate_rewrite
+from ctxwarden.store import Store, open_store
+from ctxwarden.tokens.budget import Budget, make_budget
+from ctxwarden.tokens.counter import TokenCounter
+from ctxwarden.tokens.registry import ModelInfo, load_registry
+
+__all__ = ["CondenseResult", "Engine"]
+
+DEFAULT_TENANT = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class CondenseResult:
+    """What :meth:`Engine.condense` returns: the request to send and the report."""
+
+    request: dict[str, Any]
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.report.get("rewritten"))
+
+
+class Engine:
+    """Condenses requests for one configuration; one instance serves many sessions."""
+
+    def __init__(self, config: EngineConfig | None = None, *, store: Store | None = None) -> None:
+        self.config = config or EngineConfig()
+        self.registry = load_registry()
+        self._counters: dict[str, TokenCounter] = {}
+        self._observed: dict[str, int] = {}
+        self._store = store
+        self._condenser: Condenser | None = None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Engine:
+        """An engine configured from a TOML file."""
+        return cls(load_config(path))
+
+    @property
+    def store(self) -> Store:
+        """The artifact store (opened on first use)."""
+        if self._store is None:
+            self._store = open_store(self.config.store, self.config.data_dir)
+        return self._store
+
+    @property
+    def condenser(self) -> Condenser:
+        if self._condenser is None:
+            self._condenser = Condenser(self.config, self.store)
+        return self._condenser
+
+    def counter_for(self, info: ModelInfo | None) -> TokenCounter:
+        """The memoizing counter for a model's tokenizer (shared across sessions)."""
+        spec = self.registry.tokenizer_for(info)
+        key = f"{spec.encoding}:{spec.scale}:{spec.confidence}"
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = TokenCounter(spec)
+        return counter
+
+    def observe_usage(self, model: str, prompt_tokens: int) -> None:
+        """Record provider-reported usage; the largest seen bounds an unknown window."""
+        if prompt_tokens > self._observed.get(model, 0):
+            self._observed[model] = prompt_tokens
+
+    def budget_for(self, model: str | None) -> Budget:
+        """The budget for ``model`` by the documented window selection order."""
+        info = self.registry.lookup(model)
+        defaults = self.registry.defaults
+        return make_budget(
+            configured_window=self.config.budget.context_window,
+            configured_reserve=self.config.budget.output_reserve,
+            registry_window=info.context_window if info else None,
+            registry_reserve=info.output_reserve if info else None,
+            observed_tokens=self._observed.get(model or ""),
+            fallback_window=defaults.fallback_context_window,
+            fallback_reserve=defaults.fallback_output_reserve,
+        )
+
+    def parse(self, request: Any, api: str) -> Conversation:
+        """Parse and classify a request (raises :class:`MalformedRequest`)."""
+        return classify(get_adapter(api).parse(request))
+
+    def condense(
+        self,
+        request: Mapping[str, Any],
+        api: str = "openai.chat",
+        *,
+        session: str | None = None,
+        mode: Mode | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> CondenseResult:
+        """Condense one request (see module contract)."""
+        started = time.perf_counter()
+        mode = mode or self.config.mode
+        adapter = get_adapter(api)
+        conversation = self.parse(request, api)
+        info = self.registry.lookup(conversation.model)
+        counter = self.counter_for(info)
+        budget = self.budget_for(conversation.model)
+        tokens_before = counter.count_conversation(conversation)
+        session_key = session or derive_session_key(conversation)
+        report: dict[str, Any] = {
+            "api": api,
+            "mode": mode,
+            "session": session_key,
+            "model": conversation.model,
+            "messages": len(conversation.messages),
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_before,
+            "context_window": budget.context_window,
+            "window_source": budget.window_source,
+            "output_reserve": budget.output_reserve,
+            "pressure": round(budget.pressure(tokens_before), 4),
+            "band": budget.band(tokens_before),
+            "estimator_confidence": counter.confidence,
+            "rewritten": False,
+            "compaction_step": False,
+            "fallback_reason": None,
+            "transforms": {},
+            "rollbacks": 0,
+            "segment_failures": 0,
+            "fallbacks": 0,
+            "artifacts_stored": 0,
+            "references": [],
+        }
+        if mode == "exact":
+            report["duration_ms"] = _ms(started)
+            return CondenseResult(dict(request), report)
+        try:
+            outcome = self.condenser.run(
+                conversation,
+                budget=budget,
+                counter=counter,
+                session=session_key,
+                tenant=tenant,
+                pricing=self.registry.pricing_for(info, self.config.budget.style),
+            )
+            rendered = self._render_checked(conversation, outcome, adapter.render)
+        except MalformedRequest:
+            raise
+        except Exception as exc:  # never fail a request that could be forwarded
+            reason = exc.__class__.__name__
+            if isinstance(exc, ValidationFailed):
+                reason = f"validation: {exc}"
+            report.update(fallback_reason=reason, fallbacks=1)
+            report["duration_ms"] = _ms(started)
+            return CondenseResult(dict(request), report)
+        report.update(outcome.report)
+        if outcome.conversation is not conversation and rendered is not None:
+            tokens_after = counter.count_conversation(outcome.conversation)
+            report.update(rewritten=True, tokens_after=tokens_after)
+            result_request = rendered
+        else:
+            result_request = dict(request)
+        report["pressure_after"] = round(budget.pressure(report["tokens_after"]), 4)
+        report["band_after"] = budget.band(report["tokens_after"])
+        if mode == "shadow":
+            report["shadow"] = True
+            result_request = dict(request)
+        report["duration_ms"] = _ms(started)
+        return CondenseResult(result_request, report)
+
+    @staticmethod
+    def _render_checked(
+        original: Conversation, outcome: CondenseOutcome, render: Any
+    ) -> dict[str, Any] | None:
+        if outcome.conversation is original:
+            return None
+        rendered: dict[str, Any] = render(outcome.conversation)
+        validate_rewrite(original, outcome.conversation, rendered)
+        return rendered
+
+    def recall(self, ref: str, lines: str | None = None, *, tenant: str = DEFAULT_TENANT) -> str:
+        """The original text behind a reference, or a line range ``A-B`` of it."""
+        from ctxwarden.store.recall import recall_text
+
+        return recall_text(self.store, ref, lines, tenant=tenant)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

@@ -1,0 +1,94 @@
+"""The one exception tree of ctxwarden.
+
+Every error that leaves the package is a :class:`CtxwardenError`; foreign errors
+(sqlite, redis, aiohttp, orjson) are translated where they enter and re-raised
+``from`` the original::
+
+    CtxwardenError
+    ├── RequestError            a client request is not what its API expects
+    │   └── MalformedRequest    (names the JSON path, e.g. ``/messages/3/tool_call_id``)
+    ├── ConfigError             a configuration value is invalid (names the key)
+    ├── StoreError              the artifact store failed or is unavailable
+    │   ├── ArtifactMissing     a reference does not resolve
+    │   └── ArtifactCorrupted   stored bytes no longer match their address
+    ├── ValidationFailed        a rewritten request broke a safety invariant
+    └── ReplayError             a session file cannot be replayed
+
+A failed safety check (:class:`ValidationFailed`) is always handled by the engine:
+the segment is rolled back or the whole request falls back to the original.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArtifactCorrupted",
+    "ArtifactMissing",
+    "ConfigError",
+    "CtxwardenError",
+    "MalformedRequest",
+    "ReplayError",
+    "RequestError",
+    "StoreError",
+    "ValidationFailed",
+    "json_pointer",
+]
+
+
+def json_pointer(path: tuple[str | int, ...]) -> str:
+    """Render a path as an RFC 6901 JSON pointer (``()`` is the document root ``""``)."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+class CtxwardenError(Exception):
+    """Root of every error raised by ctxwarden."""
+
+
+class RequestError(CtxwardenError):
+    """A client request cannot be understood."""
+
+
+class MalformedRequest(RequestError):
+    """A request is not valid for its API; ``pointer`` names where (JSON pointer)."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
+        self.path = path
+        self.pointer = json_pointer(path)
+        self.reason = message
+        super().__init__(f"{message} at {self.pointer or '/'}")
+
+
+class ConfigError(CtxwardenError):
+    """A configuration value is invalid; ``key`` names it (dotted path)."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+class StoreError(CtxwardenError):
+    """The artifact store failed or is unavailable."""
+
+
+class ArtifactMissing(StoreError):
+    """A reference does not resolve in the store (for this tenant)."""
+
+
+class ArtifactCorrupted(StoreError):
+    """Stored bytes do not hash to their address."""
+
+
+class ValidationFailed(CtxwardenError):
+    """A rewritten request violates a safety invariant.
+
+    ``scope`` is ``"segment"`` when rolling back one segment repairs it and
+    ``"request"`` when only the original request is safe.
+    """
+
+    def __init__(self, message: str, scope: str = "request", segment: str = "") -> None:
+        self.scope = scope
+        self.segment = segment
+        super().__init__(message)
+
+
+class ReplayError(CtxwardenError):
+    """A session file cannot be replayed."""

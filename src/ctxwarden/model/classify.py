@@ -1,0 +1,94 @@
+"""Assign each part its safety class from its kind and its position.
+
+Rules (first match wins):
+
+- system content, system/developer messages, the first user message and every
+  message after the last assistant message are ``critical_exact``;
+- tool calls and opaque parts are ``protocol_exact``; reasoning is
+  ``continuation_exact``; media is ``rehydratable_exact``;
+- a tool-result text identical to an earlier tool-result text is
+  ``droppable_duplicate``; other tool-result text is ``condensable``;
+- other text (assistant prose, later user turns) is ``lossless_transformable``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ctxwarden.model.conversation import Conversation, Message
+from ctxwarden.model.parts import (
+    ContentPart,
+    MediaPart,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    SafetyClass,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+
+__all__ = ["classify", "protected_message_indexes"]
+
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def protected_message_indexes(conversation: Conversation) -> frozenset[int]:
+    """Indexes of messages that no pass may change (system, first user, newest)."""
+    protected: set[int] = set()
+    first_user_seen = False
+    for i, message in enumerate(conversation.messages):
+        if message.role in _SYSTEM_ROLES:
+            protected.add(i)
+        elif message.role == "user" and not first_user_seen and message.item_type == "message":
+            first_user_seen = True
+            protected.add(i)
+    last = conversation.last_assistant_index
+    protected.update(range(last + 1, len(conversation.messages)))
+    return frozenset(protected)
+
+
+def _natural(part: ContentPart, in_tool_result: bool, seen: set[str]) -> ContentPart:
+    if isinstance(part, TextPart):
+        if not in_tool_result:
+            return replace(part, safety=SafetyClass.LOSSLESS_TRANSFORMABLE)
+        if part.text in seen and part.text:
+            return replace(part, safety=SafetyClass.DROPPABLE_DUPLICATE)
+        seen.add(part.text)
+        return replace(part, safety=SafetyClass.CONDENSABLE)
+    if isinstance(part, MediaPart):
+        return replace(part, safety=SafetyClass.REHYDRATABLE_EXACT)
+    return replace(part, safety=SafetyClass.PROTOCOL_EXACT)
+
+
+def _classify_part(part: Part, exact: bool, seen: set[str]) -> Part:
+    if exact:
+        if isinstance(part, ToolResultPart):
+            content = tuple(replace(p, safety=SafetyClass.CRITICAL_EXACT) for p in part.content)
+            return replace(part, content=content, safety=SafetyClass.CRITICAL_EXACT)
+        if isinstance(part, ToolCallPart | OpaquePart):
+            return replace(part, safety=SafetyClass.PROTOCOL_EXACT)
+        if isinstance(part, ReasoningPart):
+            return replace(part, safety=SafetyClass.CONTINUATION_EXACT)
+        return replace(part, safety=SafetyClass.CRITICAL_EXACT)
+    if isinstance(part, ToolResultPart):
+        content = tuple(_natural(p, True, seen) for p in part.content)
+        return replace(part, content=content, safety=SafetyClass.CONDENSABLE)
+    if isinstance(part, ToolCallPart | OpaquePart):
+        return replace(part, safety=SafetyClass.PROTOCOL_EXACT)
+    if isinstance(part, ReasoningPart):
+        return replace(part, safety=SafetyClass.CONTINUATION_EXACT)
+    return _natural(part, False, seen)
+
+
+def classify(conversation: Conversation) -> Conversation:
+    """A copy of ``conversation`` with every part's safety class set (see module rules)."""
+    protected = protected_message_indexes(conversation)
+    seen: set[str] = set()
+    messages: list[Message] = []
+    for i, message in enumerate(conversation.messages):
+        exact = i in protected
+        parts = tuple(_classify_part(p, exact, seen) for p in message.parts)
+        messages.append(replace(message, parts=parts))
+    system = tuple(_classify_part(p, True, seen) for p in conversation.system)
+    return replace(conversation, messages=tuple(messages), system=system)

@@ -1,0 +1,84 @@
+"""A conversation: the typed view of one request, with the original wire kept beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
+
+__all__ = ["API_NAMES", "ApiName", "Conversation", "Message"]
+
+ApiName = Literal["openai.chat", "openai.responses", "anthropic.messages"]
+API_NAMES: tuple[ApiName, ...] = ("openai.chat", "openai.responses", "anthropic.messages")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One turn item: a role and its parts. ``path`` points at the wire item.
+
+    ``role`` is the wire role, or for OpenAI Responses items without a role the role
+    the item plays: ``assistant`` for calls and reasoning, ``tool`` for call outputs.
+    """
+
+    role: str
+    parts: tuple[Part, ...]
+    path: Path
+    item_type: str = "message"
+
+    def text_parts(self) -> Iterator[TextPart]:
+        """Every text part, including those nested in tool results."""
+        for part in self.parts:
+            if isinstance(part, TextPart):
+                yield part
+            elif isinstance(part, ToolResultPart):
+                for sub in part.content:
+                    if isinstance(sub, TextPart):
+                        yield sub
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultPart, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ToolResultPart))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Conversation:
+    """The typed model of one request.
+
+    ``wire`` is the original request and is never mutated; everything not represented
+    by an edited text part renders from it byte for byte. ``system`` holds system
+    content that is not a message (Anthropic ``system``, Responses ``instructions``).
+    """
+
+    api: ApiName
+    wire: Mapping[str, Any]
+    messages: tuple[Message, ...]
+    system: tuple[Part, ...] = ()
+    model: str | None = None
+    tool_names: tuple[str, ...] = ()
+    previous_response_id: str | None = None
+    messages_key: str = "messages"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def edited_texts(self) -> Iterator[TextPart]:
+        """Every text part a pass has rewritten."""
+        for part in self.system:
+            if isinstance(part, TextPart) and part.edited:
+                yield part
+        for message in self.messages:
+            for text in message.text_parts():
+                if text.edited:
+                    yield text
+
+    @property
+    def last_assistant_index(self) -> int:
+        """Index in ``messages`` of the last assistant message, or -1."""
+        for i in range(len(self.messages) - 1, -1, -1):
+            if self.messages[i].role == "assistant":
+                return i
+        return -1

@@ -1,0 +1,68 @@
+"""The artifact store seam: a small protocol every backend implements.
+
+Contract:
+
+- Content addressed. ``put`` returns the reference ``cw:<12 hex>``, the first 48 bits
+  of the BLAKE2b digest of the UTF-8 text; the full digest is kept and ``get``
+  re-derives it (:class:`ArtifactCorrupted` on mismatch).
+- Tenant scoped. Every artifact and session state belongs to a tenant key; a tenant
+  can neither read nor detect another tenant's artifacts (:class:`ArtifactMissing`).
+- Bounded. Artifacts expire ``ttl`` after last use; ``gc`` drops expired ones and the
+  least recently used past the byte cap.
+- Session state is opaque bytes under ``(tenant, session)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Protocol, runtime_checkable
+
+__all__ = ["REF_PATTERN", "Store", "content_digest", "make_ref"]
+
+REF_PATTERN = re.compile(r"cw:[0-9a-f]{12}")
+
+
+def content_digest(text: str) -> str:
+    """``blake2b:<hex>`` of the UTF-8 bytes of ``text`` (the canonical form)."""
+    return "blake2b:" + hashlib.blake2b(text.encode("utf-8"), digest_size=32).hexdigest()
+
+
+def make_ref(digest: str) -> str:
+    """The short reference for a digest: ``cw:`` and its first 12 hex digits."""
+    return "cw:" + digest.split(":", 1)[1][:12]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where originals live (see module contract)."""
+
+    def put(self, tenant: str, text: str) -> str:
+        """Keep ``text``; return its reference (idempotent)."""
+        ...
+
+    def get(self, tenant: str, ref: str) -> str:
+        """The text behind ``ref`` for ``tenant``; refreshes its last use."""
+        ...
+
+    def has(self, tenant: str, ref: str) -> bool:
+        """True when ``ref`` resolves for ``tenant`` (no integrity check)."""
+        ...
+
+    def get_state(self, tenant: str, session: str) -> bytes | None:
+        """Session state, or ``None``."""
+        ...
+
+    def put_state(self, tenant: str, session: str, state: bytes) -> None:
+        """Replace session state."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Counts: ``artifacts``, ``bytes``, ``sessions``, ``tenants``."""
+        ...
+
+    def gc(self, now: float | None = None) -> int:
+        """Drop expired and over-cap artifacts; return how many were dropped."""
+        ...
+
+    def close(self) -> None: ...

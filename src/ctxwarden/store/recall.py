@@ -1,0 +1,41 @@
+"""Recall: the original text behind a reference, whole or as a line range."""
+
+from __future__ import annotations
+
+from ctxwarden.errors import ArtifactMissing, RequestError
+from ctxwarden.store.base import REF_PATTERN, Store
+
+__all__ = ["MAX_RECALL_LINES", "parse_line_range", "recall_text"]
+
+MAX_RECALL_LINES = 5000
+
+
+def parse_line_range(spec: str | None) -> tuple[int, int] | None:
+    """``"A-B"`` (1-based, inclusive), ``"A"`` or ``None``; raises :class:`RequestError`."""
+    if spec is None or not str(spec).strip():
+        return None
+    text = str(spec).strip()
+    try:
+        if "-" in text:
+            a, b = text.split("-", 1)
+            start, end = int(a), int(b)
+        else:
+            start = end = int(text)
+    except ValueError:
+        raise RequestError(f"line range {text!r} is not A-B") from None
+    if start < 1 or end < start:
+        raise RequestError(f"line range {text!r} is empty or starts before line 1")
+    return start, min(end, start + MAX_RECALL_LINES - 1)
+
+
+def recall_text(store: Store, ref: str, lines: str | None = None, *, tenant: str) -> str:
+    """The text behind ``ref`` (``cw:<12 hex>``), optionally lines ``A-B`` only."""
+    ref = ref.strip()
+    if not REF_PATTERN.fullmatch(ref):
+        raise ArtifactMissing(f"{ref!r} is not a ctxwarden reference (cw: and 12 hex digits)")
+    text = store.get(tenant, ref)
+    window = parse_line_range(lines)
+    if window is None:
+        return text
+    start, end = window
+    return "\n".join(text.split("\n")[start - 1 : end])

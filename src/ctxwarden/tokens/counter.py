@@ -1,0 +1,117 @@
+"""Incremental token counting.
+
+Agents resend their whole history every turn, so counts are memoized by content:
+a text seen before is never encoded again. The memo is bounded (least recently used
+entries are dropped past ``max_entries``).
+
+Models with a public tokenizer are counted exactly; others (Anthropic and unknown
+families) get a calibrated estimate from o200k counts with an explicit confidence.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import orjson
+
+from ctxwarden.model.conversation import Conversation, Message
+from ctxwarden.model.parts import (
+    MediaPart,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from ctxwarden.tokens.encoding import get_encoding
+
+__all__ = ["MESSAGE_OVERHEAD", "TokenCounter", "TokenizerSpec"]
+
+MESSAGE_OVERHEAD = 4
+"""Tokens a chat format adds per message (role and separators)."""
+MEDIA_TOKENS = 765
+"""Flat estimate for an image or file reference (a high-detail 512px tile set)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerSpec:
+    """Which encoding counts a model, the scale applied, and how sure the count is."""
+
+    encoding: str = "o200k_base"
+    scale: float = 1.0
+    confidence: float = 1.0
+
+    @property
+    def exact(self) -> bool:
+        return self.scale == 1.0 and self.confidence >= 1.0
+
+
+class TokenCounter:
+    """Counts tokens of texts, messages and conversations, memoized by content."""
+
+    def __init__(self, spec: TokenizerSpec | None = None, *, max_entries: int = 200_000) -> None:
+        self.spec = spec or TokenizerSpec()
+        self._encoding = get_encoding(self.spec.encoding)
+        self._memo: OrderedDict[str, int] = OrderedDict()
+        self._max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def confidence(self) -> float:
+        return self.spec.confidence
+
+    def _raw(self, text: str) -> int:
+        if not text:
+            return 0
+        memo = self._memo
+        cached = memo.get(text)
+        if cached is not None:
+            self.hits += 1
+            memo.move_to_end(text)
+            return cached
+        self.misses += 1
+        n = len(self._encoding.encode(text, disallowed_special=()))
+        memo[text] = n
+        if len(memo) > self._max_entries:
+            memo.popitem(last=False)
+        return n
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` (scaled for estimated tokenizers)."""
+        n = self._raw(text)
+        return n if self.spec.scale == 1.0 else round(n * self.spec.scale)
+
+    def count_part(self, part: Part, wire_value: object = None) -> int:
+        """Tokens of one part; opaque parts are counted from their JSON if given."""
+        match part:
+            case TextPart():
+                return self.count_text(part.text)
+            case ToolCallPart():
+                return 3 + self.count_text(part.name) + self.count_text(part.arguments)
+            case ToolResultPart():
+                return sum(self.count_part(p) for p in part.content)
+            case ReasoningPart():
+                return self.count_text(part.text)
+            case MediaPart():
+                return MEDIA_TOKENS
+            case OpaquePart():
+                if wire_value is None:
+                    return 0
+                return self.count_text(orjson.dumps(wire_value).decode())
+        return 0  # pragma: no cover - exhaustive above
+
+    def count_message(self, message: Message) -> int:
+        """Tokens of one message, overhead included."""
+        return MESSAGE_OVERHEAD + sum(self.count_part(p) for p in message.parts)
+
+    def count_conversation(self, conversation: Conversation) -> int:
+        """Tokens of a whole request: system, messages and tool schemas."""
+        total = sum(self.count_part(p) for p in conversation.system)
+        total += sum(self.count_message(m) for m in conversation.messages)
+        tools = conversation.wire.get("tools")
+        if tools:
+            total += self.count_text(orjson.dumps(tools).decode())
+        return total + 3

@@ -1,0 +1,110 @@
+"""The versioned model registry (``models.json``): windows, reserves, tokenizers, prices.
+
+Model names are matched after normalisation (lower case, provider prefixes such as
+``openai/`` dropped, dots read as dashes), exactly first and then by the longest
+registry id the name starts with, so ``gpt-4o-mini-2024-07-18`` finds ``gpt-4o-mini``.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from ctxwarden.tokens.counter import TokenizerSpec
+
+__all__ = ["CachePricing", "ModelInfo", "Registry", "load_registry", "normalize_model_name"]
+
+
+class CachePricing(BaseModel):
+    """Prompt-cache price multipliers relative to the uncached input price."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    uncached: float = Field(1.0, gt=0)
+    cached_read: float = Field(0.1, ge=0)
+    cache_write: float = Field(1.0, ge=0)
+    min_cacheable_tokens: int = Field(1024, ge=0)
+
+
+class ModelInfo(BaseModel):
+    """One registry entry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    provider: str
+    context_window: int = Field(gt=0)
+    max_output: int = Field(gt=0)
+    output_reserve: int = Field(ge=0)
+    tokenizer: str
+    cache: str
+
+
+class _Defaults(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    fallback_context_window: int = Field(gt=0)
+    fallback_output_reserve: int = Field(ge=0)
+
+
+class Registry(BaseModel):
+    """The whole registry file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: str
+    defaults: _Defaults
+    models: tuple[ModelInfo, ...]
+    tokenizers: dict[str, TokenizerSpecModel]
+    cache_pricing: dict[str, CachePricing]
+
+    def lookup(self, name: str | None) -> ModelInfo | None:
+        """The entry for a model name, or ``None`` when the registry does not know it."""
+        if not name:
+            return None
+        return _lookup(self, normalize_model_name(name))
+
+    def tokenizer_for(self, info: ModelInfo | None) -> TokenizerSpec:
+        """The tokenizer spec of a model (unknown models: an o200k estimate)."""
+        key = info.tokenizer if info else "estimate:other"
+        spec = self.tokenizers[key]
+        return TokenizerSpec(encoding=spec.encoding, scale=spec.scale, confidence=spec.confidence)
+
+    def pricing_for(self, info: ModelInfo | None, style: str | None = None) -> CachePricing:
+        """Cache pricing by explicit style (``openai`` / ``anthropic``) or the model's own."""
+        key = style or (info.cache if info else "openai")
+        return self.cache_pricing[key]
+
+
+class TokenizerSpecModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    encoding: str
+    scale: float = Field(1.0, gt=0)
+    confidence: float = Field(1.0, gt=0, le=1)
+
+
+Registry.model_rebuild()
+
+
+def normalize_model_name(name: str) -> str:
+    """Lower case, last path segment (``openai/gpt-5-mini`` -> ``gpt-5-mini``), dots as dashes."""
+    base = name.strip().lower().rsplit("/", 1)[-1]
+    return base.replace(".", "-")
+
+
+def _lookup(registry: Registry, name: str) -> ModelInfo | None:
+    by_id = {normalize_model_name(m.id): m for m in registry.models}
+    if name in by_id:
+        return by_id[name]
+    best: ModelInfo | None = None
+    best_len = 0
+    for key, info in by_id.items():
+        if name.startswith(key) and len(key) > best_len:
+            best, best_len = info, len(key)
+    return best
+
+
+@functools.cache
+def load_registry() -> Registry:
+    """The registry shipped with the package."""
+    data = resources.files("ctxwarden.tokens").joinpath("models.json").read_bytes()
+    return Registry.model_validate(orjson.loads(data))

@@ -1,0 +1,88 @@
+"""Malformed requests raise one typed error naming the JSON path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ctxwarden.adapters import get_adapter
+from ctxwarden.errors import ConfigError, MalformedRequest
+
+CASES: list[tuple[str, Any, str]] = [
+    ("openai.chat", [], ""),
+    ("openai.chat", {"model": "x"}, "/messages"),
+    ("openai.chat", {"messages": "hi"}, "/messages"),
+    ("openai.chat", {"messages": [1]}, "/messages/0"),
+    ("openai.chat", {"messages": [{"content": "x"}]}, "/messages/0/role"),
+    (
+        "openai.chat",
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        "/messages/0/content/0/text",
+    ),
+    (
+        "openai.chat",
+        {"messages": [{"role": "tool", "tool_call_id": "a", "content": "x"}]},
+        "/messages/0/tool_call_id",
+    ),
+    (
+        "openai.chat",
+        {"messages": [{"role": "assistant", "tool_calls": [{"id": 5}]}]},
+        "/messages/0/tool_calls/0/id",
+    ),
+    ("openai.responses", {"input": [{"type": "function_call", "name": "f"}]}, "/input/0/call_id"),
+    (
+        "openai.responses",
+        {"input": [{"type": "function_call_output", "call_id": "z", "output": "x"}]},
+        "/input/0/call_id",
+    ),
+    ("openai.responses", {"input": 7}, "/input"),
+    ("anthropic.messages", {"messages": [{"role": "user", "content": 3}]}, "/messages/0/content"),
+    ("anthropic.messages", {"system": 1, "messages": []}, "/system"),
+    (
+        "anthropic.messages",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}],
+                }
+            ]
+        },
+        "/messages/0/content/0/tool_use_id",
+    ),
+    (
+        "anthropic.messages",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}],
+                }
+            ]
+        },
+        "/messages/0/content/0/is_error",
+    ),
+]
+
+
+@pytest.mark.parametrize(("api", "request_body", "pointer"), CASES)
+def test_malformed_request_names_the_path(api: str, request_body: Any, pointer: str) -> None:
+    with pytest.raises(MalformedRequest) as info:
+        get_adapter(api).parse(request_body)
+    assert info.value.pointer == pointer
+    assert str(info.value).endswith(f"at {pointer or '/'}")
+
+
+def test_unknown_api_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown api"):
+        get_adapter("google.gemini")
+
+
+def test_previous_response_id_allows_upstream_calls() -> None:
+    body = {
+        "previous_response_id": "resp_1",
+        "input": [{"type": "function_call_output", "call_id": "up", "output": "ok"}],
+    }
+    conversation = get_adapter("openai.responses").parse(body)
+    assert conversation.previous_response_id == "resp_1"

