@@ -34,7 +34,12 @@ def default_data_dir() -> Path:
 
 
 def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
-    """Open the configured backend."""
+    """Open the configured backend.
+
+    Redis and PostgreSQL need ``config.url`` and their client libraries (the ``fleet``
+    extra); a missing one is a :class:`ConfigError`. An unreachable server is a
+    :class:`~ctxwarden.errors.StoreError` raised here, not at first use.
+    """
     if config.backend == "memory":
         return MemoryStore(ttl_seconds=config.ttl_seconds, max_bytes=config.max_bytes)
     if config.backend == "sqlite":
@@ -43,10 +48,16 @@ def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
         return SqliteStore(path, ttl_seconds=config.ttl_seconds, max_bytes=config.max_bytes)
     if not config.url:
         raise ConfigError(f"the {config.backend} store needs a url", "store.url")
-    if config.backend == "redis":
-        from ctxwarden.store.redis_store import RedisStore
+    try:
+        if config.backend == "redis":
+            from ctxwarden.store.redis_store import RedisStore
 
-        return RedisStore(config.url, ttl_seconds=config.ttl_seconds)
-    from ctxwarden.store.postgres_store import PostgresStore
-
+            return RedisStore(config.url, ttl_seconds=config.ttl_seconds)
+        from ctxwarden.store.postgres_store import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(
+            f"the {config.backend} store needs its client library ({exc.name}); "
+            "install ctxwarden[fleet]",
+            "store.backend",
+        ) from exc
     return PostgresStore(config.url, ttl_seconds=config.ttl_seconds, max_bytes=config.max_bytes)

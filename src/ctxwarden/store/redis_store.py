@@ -1,13 +1,219 @@
-"""Placeholder for the RedisStore backend (being built)."""
+"""A Redis store for fleets of proxies sharing originals (redis-py, synchronous).
+
+Layout (``namespace`` defaults to ``ctxwarden``)::
+
+    {namespace}:{<tenant>}:a:cw:<12 hex>   hash: digest, body, size, created
+    {namespace}:{<tenant>}:s:<session>     string: the session state
+
+``<tenant>`` and ``<session>`` are percent-encoded, so a tenant name can never reach
+into another tenant's keys (``:`` and braces are always escaped); the braces make the
+tenant a Redis Cluster hash tag, keeping one tenant's keys on one shard.
+
+Time is Redis's: every artifact key carries an expiry of ``ttl`` that ``put`` and
+``get`` refresh, so the server drops unused artifacts by itself and the last use of a
+key is ``expiry - ttl``. Session state expires ``ttl`` after it was last written, as in
+SQLite. There is no byte cap here: bound memory with the server's ``maxmemory`` and an
+LRU eviction policy. ``gc(now)`` still honours its contract for a given ``now`` (it
+drops keys whose expiry falls before ``now``), so callers can treat backends alike.
+
+Every redis-py error is translated to :class:`~ctxwarden.errors.StoreError` where it
+enters (:func:`_translated`).
+"""
 
 from __future__ import annotations
 
-from ctxwarden.errors import ConfigError
-from ctxwarden.store.memory import MemoryStore
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote, unquote
+
+import redis
+
+from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
+from ctxwarden.store.base import content_digest, make_ref
 
 __all__ = ["RedisStore"]
 
+_SCAN_BATCH = 500
 
-class RedisStore(MemoryStore):
-    def __init__(self, url: str, **_: object) -> None:
-        raise ConfigError("backend not available yet", "store.backend")
+
+@contextmanager
+def _translated(action: str) -> Iterator[None]:
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise StoreError(f"redis store failed to {action}: {exc}") from exc
+
+
+def _segment(name: str) -> str:
+    return quote(name, safe="")
+
+
+class RedisStore:
+    """Artifacts and session state in one Redis database (see :mod:`store.base`).
+
+    The constructor connects and pings, so an unreachable server is a
+    :class:`StoreError` at open time rather than at the first request.
+    """
+
+    def __init__(
+        self, url: str, *, ttl_seconds: float = 30 * 86400, namespace: str = "ctxwarden"
+    ) -> None:
+        if ttl_seconds <= 0:
+            raise StoreError("redis store needs a positive ttl")
+        self.url = url
+        self.ttl = ttl_seconds
+        self.namespace = namespace
+        self._ttl_ms = max(1, round(ttl_seconds * 1000))
+        self._lock = threading.Lock()
+        with _translated("connect"):
+            self._redis: redis.Redis = redis.Redis.from_url(url, decode_responses=False)
+            self._redis.ping()
+
+    # -- keys --------------------------------------------------------------------------
+
+    def artifact_key(self, tenant: str, ref: str) -> str:
+        """The Redis key of ``ref`` for ``tenant`` (public for operators and tests)."""
+        return f"{self.namespace}:{{{_segment(tenant)}}}:a:{ref}"
+
+    def state_key(self, tenant: str, session: str) -> str:
+        """The Redis key of the state of ``session`` for ``tenant``."""
+        return f"{self.namespace}:{{{_segment(tenant)}}}:s:{_segment(session)}"
+
+    def _parse_key(self, key: bytes) -> tuple[str, str] | None:
+        """``(tenant, kind)`` of one of this namespace's keys, else ``None``."""
+        rest = key.decode("utf-8", "replace")[len(self.namespace) + 1 :]
+        if not rest.startswith("{") or "}:" not in rest:
+            return None
+        tenant, _, tail = rest[1:].partition("}:")
+        kind = tail[:2]
+        if kind not in ("a:", "s:"):
+            return None
+        return unquote(tenant), kind[0]
+
+    def _scan(self) -> Iterator[tuple[bytes, str, str]]:
+        """Every key of this namespace as ``(key, tenant, kind)``."""
+        pattern = f"{self.namespace}:{{*"
+        for key in self._redis.scan_iter(match=pattern, count=_SCAN_BATCH):
+            parsed = self._parse_key(key)
+            if parsed is not None:
+                yield key, parsed[0], parsed[1]
+
+    # -- artifacts ---------------------------------------------------------------------
+
+    def put(self, tenant: str, text: str) -> str:
+        """Keep ``text`` (first write wins, as in SQLite) and refresh its expiry."""
+        digest = content_digest(text)
+        ref = make_ref(digest)
+        body = text.encode("utf-8")
+        key = self.artifact_key(tenant, ref)
+        with self._lock, _translated("store an artifact"):
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hsetnx(key, "digest", digest)
+            pipe.hsetnx(key, "body", body)
+            pipe.hsetnx(key, "size", len(body))
+            pipe.hsetnx(key, "created", repr(time.time()))
+            pipe.pexpire(key, self._ttl_ms)
+            pipe.execute()
+        return ref
+
+    def get(self, tenant: str, ref: str) -> str:
+        """The verified text; refreshes the expiry (a missing key is not created)."""
+        key = self.artifact_key(tenant, ref)
+        with self._lock, _translated("read an artifact"):
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hmget(key, ["digest", "body"])
+            pipe.pexpire(key, self._ttl_ms)
+            result: list[Any] = pipe.execute()
+        digest_raw, body = result[0]
+        if digest_raw is None or body is None:
+            raise ArtifactMissing(f"no artifact {ref}")
+        try:
+            text = bytes(body).decode("utf-8")
+            digest = bytes(digest_raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ArtifactCorrupted(f"artifact {ref} is not UTF-8") from None
+        if content_digest(text) != digest:
+            raise ArtifactCorrupted(f"artifact {ref} does not match its digest")
+        return text
+
+    def has(self, tenant: str, ref: str) -> bool:
+        with self._lock, _translated("look up an artifact"):
+            return bool(self._redis.exists(self.artifact_key(tenant, ref)))
+
+    # -- session state -----------------------------------------------------------------
+
+    def get_state(self, tenant: str, session: str) -> bytes | None:
+        with self._lock, _translated("read session state"):
+            value = self._redis.get(self.state_key(tenant, session))
+        if isinstance(value, str):  # only with decode_responses, which this store never sets
+            return value.encode("utf-8")
+        return value
+
+    def put_state(self, tenant: str, session: str, state: bytes) -> None:
+        """Replace the state; it expires ``ttl`` after this write."""
+        with self._lock, _translated("write session state"):
+            self._redis.set(self.state_key(tenant, session), state, px=self._ttl_ms)
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Counts over this namespace (a SCAN: an operator's command, not a hot path)."""
+        artifacts: list[bytes] = []
+        sessions = 0
+        tenants: set[str] = set()
+        with self._lock, _translated("read stats"):
+            for key, tenant, kind in self._scan():
+                tenants.add(tenant)
+                if kind == "a":
+                    artifacts.append(key)
+                else:
+                    sessions += 1
+            pipe = self._redis.pipeline(transaction=False)
+            for key in artifacts:
+                pipe.hget(key, "size")
+            sizes: list[Any] = pipe.execute() if artifacts else []
+        present = [int(size) for size in sizes if size is not None]
+        return {
+            "artifacts": len(present),
+            "bytes": sum(present),
+            "sessions": sessions,
+            "tenants": len(tenants),
+        }
+
+    def gc(self, now: float | None = None) -> int:
+        """Drop keys whose expiry is before ``now`` (default: none, Redis already did).
+
+        An artifact expiring before ``now`` was last used before ``now - ttl``, which
+        is the SQLite rule; the byte cap belongs to the server's ``maxmemory``.
+        """
+        if now is None:
+            return 0
+        dropped = 0
+        with self._lock, _translated("collect garbage"):
+            keys = [(key, kind) for key, _, kind in self._scan()]
+            pipe = self._redis.pipeline(transaction=False)
+            for key, _ in keys:
+                pipe.pttl(key)
+            remaining: list[int] = pipe.execute() if keys else []
+            clock = time.time()
+            doomed = [
+                (key, kind)
+                for (key, kind), pttl in zip(keys, remaining, strict=True)
+                if pttl >= 0 and clock + pttl / 1000 < now
+            ]
+            if doomed:
+                pipe = self._redis.pipeline(transaction=False)
+                for key, _ in doomed:
+                    pipe.delete(key)
+                deleted: list[int] = pipe.execute()
+                dropped = sum(
+                    n for (_, kind), n in zip(doomed, deleted, strict=True) if kind == "a"
+                )
+        return dropped
+
+    def close(self) -> None:
+        with self._lock, _translated("close"):
+            self._redis.close()
