@@ -1,0 +1,163 @@
+"""The Store contract (store/base.py), run against every backend."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing
+from ctxwarden.store import REF_PATTERN, Store, content_digest, make_ref
+from tests.store.backends import CAPPED, Harness
+
+
+def test_backend_implements_the_protocol(store: Store) -> None:
+    assert isinstance(store, Store)
+
+
+def test_round_trip_and_ref_is_the_digest_prefix(store: Store) -> None:
+    text = "line 1\nline 2\n\ttabs, ünïcödé, emoji 🦀, NUL \x00 end"
+    ref = store.put("acme", text)
+    assert REF_PATTERN.fullmatch(ref)
+    assert ref == make_ref(content_digest(text))
+    assert store.get("acme", ref) == text
+    assert store.has("acme", ref)
+
+
+def test_put_is_idempotent(store: Store) -> None:
+    first = store.put("acme", "same text")
+    second = store.put("acme", "same text")
+    assert first == second
+    assert store.get("acme", first) == "same text"
+    assert store.stats()["artifacts"] == 1
+    assert store.stats()["bytes"] == len(b"same text")
+
+
+def test_empty_text_round_trips(store: Store) -> None:
+    ref = store.put("acme", "")
+    assert store.get("acme", ref) == ""
+
+
+def test_missing_ref_raises_artifact_missing(store: Store) -> None:
+    assert not store.has("acme", "cw:000000000000")
+    with pytest.raises(ArtifactMissing, match="cw:000000000000"):
+        store.get("acme", "cw:000000000000")
+
+
+def test_a_tenant_cannot_read_or_detect_another_tenants_artifact(store: Store) -> None:
+    ref = store.put("tenant-a", "secret of A")
+    assert not store.has("tenant-b", ref)
+    with pytest.raises(ArtifactMissing):
+        store.get("tenant-b", ref)
+    # Still readable by its owner, and B's own copy is independent of A's.
+    assert store.get("tenant-a", ref) == "secret of A"
+    assert store.put("tenant-b", "secret of A") == ref
+    assert store.stats()["artifacts"] == 2
+
+
+def test_tenant_names_cannot_alias_each_other(store: Store) -> None:
+    # Separator characters in tenant names must not let one tenant reach another's keys.
+    ref = store.put("a", "text of a")
+    for other in ("a:", "a:a", "{a}", "a}:a", "a%3A", "A", " a"):
+        assert not store.has(other, ref), other
+    store.put_state("a", "x:a:" + ref, b"state")
+    assert store.get_state("a:s:x", "a:" + ref) is None
+
+
+def test_corrupted_entry_raises_artifact_corrupted(store: Store, harness: Harness) -> None:
+    ref = store.put("acme", "original bytes")
+    harness.corrupt(store, "acme", ref, b"tampered bytes")
+    with pytest.raises(ArtifactCorrupted, match=ref):
+        store.get("acme", ref)
+
+
+def test_non_utf8_entry_raises_artifact_corrupted(store: Store, harness: Harness) -> None:
+    ref = store.put("acme", "original")
+    harness.corrupt(store, "acme", ref, b"\xff\xfe not utf-8")
+    with pytest.raises(ArtifactCorrupted):
+        store.get("acme", ref)
+
+
+def test_corruption_is_per_tenant(store: Store, harness: Harness) -> None:
+    ref = store.put("a", "shared text")
+    store.put("b", "shared text")
+    harness.corrupt(store, "a", ref, b"broken")
+    assert store.get("b", ref) == "shared text"
+
+
+def test_session_state(store: Store) -> None:
+    assert store.get_state("acme", "s1") is None
+    store.put_state("acme", "s1", b"\x00first")
+    assert store.get_state("acme", "s1") == b"\x00first"
+    store.put_state("acme", "s1", b"second")
+    assert store.get_state("acme", "s1") == b"second"
+    assert store.get_state("other", "s1") is None
+    assert store.get_state("acme", "s2") is None
+
+
+def test_stats_count_artifacts_bytes_sessions_and_tenants(store: Store) -> None:
+    assert store.stats() == {"artifacts": 0, "bytes": 0, "sessions": 0, "tenants": 0}
+    store.put("a", "one")
+    store.put("a", "two")
+    store.put("b", "ü")  # two bytes in UTF-8
+    store.put_state("a", "s", b"x")
+    store.put_state("c", "s", b"y")
+    assert store.stats() == {"artifacts": 3, "bytes": 8, "sessions": 2, "tenants": 3}
+
+
+def test_gc_drops_expired_artifacts_only(harness: Harness) -> None:
+    store = harness.open(ttl_seconds=100)
+    try:
+        old = store.put("acme", "old text")
+        assert store.gc(now=time.time() + 50) == 0
+        assert store.get("acme", old) == "old text"
+        assert store.gc(now=time.time() + 1000) == 1
+        assert not store.has("acme", old)
+        with pytest.raises(ArtifactMissing):
+            store.get("acme", old)
+        assert store.stats()["artifacts"] == 0
+    finally:
+        store.close()
+
+
+def test_gc_now_defaults_to_the_present(store: Store) -> None:
+    ref = store.put("acme", "fresh")
+    assert store.gc() == 0
+    assert store.has("acme", ref)
+
+
+@pytest.mark.parametrize("harness", CAPPED, indirect=True)
+def test_gc_trims_least_recently_used_past_the_byte_cap(harness: Harness) -> None:
+    store = harness.open(max_bytes=12)
+    try:
+        first = store.put("acme", "aaaaaa")
+        time.sleep(0.005)
+        second = store.put("acme", "bbbbbb")
+        time.sleep(0.005)
+        assert store.get("acme", first) == "aaaaaa"  # now `second` is the least recent
+        time.sleep(0.005)
+        third = store.put("acme", "cccccc")
+        assert store.stats()["bytes"] == 18
+        assert store.gc() == 1
+        assert not store.has("acme", second)
+        assert store.has("acme", first)
+        assert store.has("acme", third)
+        assert store.stats()["bytes"] == 12
+    finally:
+        store.close()
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    # The store is shared across examples on purpose: content addressing makes puts
+    # of different texts independent, and equal texts must share one ref anyway.
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(text=st.text())
+def test_any_text_round_trips_exactly(store: Store, text: str) -> None:
+    ref = store.put("prop", text)
+    assert ref == make_ref(content_digest(text))
+    assert store.get("prop", ref) == text
