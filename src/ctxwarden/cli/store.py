@@ -1,11 +1,109 @@
-"""`ctxwarden store` commands (being built)."""
+"""``ctxwarden recall`` and ``ctxwarden store stats|gc``.
+
+All three open the store the engine would use: the backend of ``--config`` (default
+SQLite) in ``--data-dir`` (default: the config's ``data_dir``, else
+:func:`ctxwarden.store.default_data_dir`). Store failures are
+:class:`~ctxwarden.errors.StoreError`, printed by :func:`ctxwarden.cli.main` as one line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.table import Table
+
+from ctxwarden.cli.common import print_json
+from ctxwarden.config import EngineConfig, load_config
+from ctxwarden.engine import DEFAULT_TENANT
+from ctxwarden.store import Store, open_store
+from ctxwarden.store.recall import recall_text
 
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    return None
+    p = sub.add_parser(
+        "recall",
+        help="print the original text behind a reference (cw:...), or a line range of it",
+        description="Print the original behind REF. The output ends with a newline; "
+        "one is added when the original (or the range) does not end with one.",
+    )
+    p.add_argument("ref", metavar="REF", help="a reference such as cw:5f3a9c21e0b4")
+    p.add_argument("--lines", metavar="A-B", help="only lines A to B (1-based, inclusive)")
+    p.add_argument(
+        "--tenant", default=DEFAULT_TENANT, help=f"tenant key (default {DEFAULT_TENANT!r})"
+    )
+    _add_store_options(p)
+    p.set_defaults(handler=_recall)
+
+    store = sub.add_parser("store", help="inspect or trim the artifact store")
+    commands = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
+    p = commands.add_parser("stats", help="artifacts, bytes, sessions and tenants stored")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_store_options(p)
+    p.set_defaults(handler=_stats)
+
+    p = commands.add_parser("gc", help="drop expired artifacts and trim to the byte cap")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_store_options(p)
+    p.set_defaults(handler=_gc)
+
+
+def _add_store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (its [store] table is used)")
+    parser.add_argument("--data-dir", help="store directory (default ~/.local/share/ctxwarden)")
+
+
+@contextmanager
+def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
+    config = load_config(args.config) if args.config else EngineConfig()
+    store = open_store(config.store, args.data_dir or config.data_dir)
+    try:
+        yield config, store
+    finally:
+        store.close()
+
+
+def _recall(args: argparse.Namespace) -> int:
+    with _opened(args) as (_, store):
+        text = recall_text(store, args.ref, args.lines, tenant=args.tenant)
+    if not text.endswith("\n"):
+        text += "\n"
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with _opened(args) as (config, store):
+        counts = store.stats()
+    if args.json:
+        print_json({"backend": config.store.backend, **counts})
+        return 0
+    table = Table(title="ctxwarden store")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_row("backend", config.store.backend)
+    for name in ("artifacts", "bytes", "sessions", "tenants"):
+        table.add_row(name, f"{counts[name]:,}")
+    Console().print(table)
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    with _opened(args) as (config, store):
+        dropped = store.gc()
+        counts = store.stats()
+    if args.json:
+        print_json({"backend": config.store.backend, "dropped": dropped, **counts})
+        return 0
+    print(
+        f"dropped {dropped:,} artifact{'s' if dropped != 1 else ''}; "
+        f"{counts['artifacts']:,} left ({counts['bytes']:,} bytes)"
+    )
+    return 0

@@ -1,0 +1,31 @@
+"""The store's public surface is exactly the intended names."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPECTED = {
+    "ctxwarden.store": {
+        "REF_PATTERN",
+        "MemoryStore",
+        "SqliteStore",
+        "Store",
+        "content_digest",
+        "default_data_dir",
+        "make_ref",
+        "open_store",
+    },
+    "ctxwarden.store.redis_store": {"RedisStore"},
+    "ctxwarden.store.postgres_store": {"MIGRATIONS", "PostgresStore"},
+    "ctxwarden.store.recall": {"MAX_RECALL_LINES", "parse_line_range", "recall_text"},
+    "ctxwarden.cli.store": {"register"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(EXPECTED))
+def test_exported_names(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert set(mod.__all__) == EXPECTED[module]
+    assert all(hasattr(mod, name) for name in mod.__all__)
