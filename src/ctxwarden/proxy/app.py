@@ -1,0 +1,158 @@
+"""The aiohttp application: routes, operational endpoints, startup and shutdown.
+
+Endpoints besides the API routes (see :mod:`ctxwarden.proxy.handlers`):
+
+- ``GET /healthz``: the process serves (always 200).
+- ``GET /readyz``: 200 when the upstream client is up and the store answers, else 503.
+- ``GET /metrics``: Prometheus text format, this app's private registry.
+- ``GET|POST /_ctxwarden/kill-switch``: only when an admin token is configured; only
+  from loopback peers; the token must be sent as ``x-ctxwarden-admin-token``.
+  ``POST {"engaged": true|false}`` sets the switch (exact mode for every request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from ctxwarden.engine import Engine
+from ctxwarden.proxy.handlers import handle_condensed, handle_forward
+from ctxwarden.proxy.rollout import KillSwitch
+from ctxwarden.proxy.settings import ProxySettings
+from ctxwarden.proxy.shapes import CONDENSED_ROUTES
+from ctxwarden.proxy.state import STATE, ProxyState
+from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
+from ctxwarden.proxy.upstream import Upstream
+from ctxwarden.store import default_data_dir
+from ctxwarden.telemetry import (
+    CONTENT_TYPE_LATEST,
+    Fanout,
+    LogSink,
+    MetricsSink,
+    ProxyMetrics,
+    Sink,
+)
+
+__all__ = ["ADMIN_PATH", "build_app"]
+
+ADMIN_PATH = "/_ctxwarden/kill-switch"
+_log = logging.getLogger("ctxwarden.proxy")
+
+
+def build_app(
+    engine: Engine,
+    settings: ProxySettings | None = None,
+    *,
+    sinks: Iterable[Sink] = (),
+    kill_switch: KillSwitch | None = None,
+    tenant_secret: bytes | None = None,
+) -> web.Application:
+    """A ready-to-run app; the engine stays owned by the caller (not closed here).
+
+    ``tenant_secret`` defaults to the per-data-dir secret (created on first use).
+    """
+    settings = settings or ProxySettings()
+    if tenant_secret is None:
+        folder = settings.data_dir or engine.config.data_dir or str(default_data_dir())
+        tenant_secret = load_or_create_secret(Path(folder))
+    metrics = ProxyMetrics()
+    telemetry = Fanout([LogSink(), MetricsSink(metrics), *sinks])
+    state = ProxyState(
+        engine=engine,
+        settings=settings,
+        tenants=TenantKeys(tenant_secret),
+        telemetry=telemetry,
+        metrics=metrics,
+        kill_switch=kill_switch or KillSwitch(),
+        executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxwarden-engine"),
+    )
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    app[STATE] = state
+    app.cleanup_ctx.append(_lifecycle)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    if settings.admin_token:
+        app.router.add_route("*", ADMIN_PATH, _admin)
+    for path in CONDENSED_ROUTES:
+        app.router.add_post(path, handle_condensed)
+    app.router.add_route("*", "/{tail:.*}", handle_forward)
+    return app
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE]
+    s = state.settings
+    state.upstream = Upstream(
+        connect_timeout=s.connect_timeout,
+        read_timeout=s.read_timeout,
+        total_timeout=s.total_timeout,
+        pool_size=s.pool_size,
+    )
+    yield
+    await state.upstream.close()
+    state.executor.shutdown(wait=True, cancel_futures=True)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    problems = []
+    if state.upstream is None or state.upstream.session.closed:
+        problems.append("upstream client")
+    try:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(state.executor, state.engine.store.stats)
+    except Exception as exc:
+        _log.error("readiness: store failed: %s", type(exc).__name__)
+        problems.append("store")
+    body = {"status": "ready" if not problems else "unready", "problems": problems,
+            "kill_switch": state.kill_switch.engaged}  # fmt: skip
+    return web.json_response(body, status=503 if problems else 200)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    data = request.app[STATE].metrics.render()
+    return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _is_loopback(peer: str | None) -> bool:
+    if not peer:
+        return False
+    try:
+        return ipaddress.ip_address(peer).is_loopback
+    except ValueError:
+        return False
+
+
+async def _admin(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    token = state.settings.admin_token or ""
+    if not _is_loopback(request.remote):
+        return web.json_response({"error": "admin endpoint is loopback only"}, status=403)
+    given = request.headers.get("x-ctxwarden-admin-token", "")
+    if not token or not hmac.compare_digest(given.encode(), token.encode()):
+        return web.json_response({"error": "admin token required"}, status=401)
+    if request.method == "POST":
+        try:
+            payload = orjson.loads(await request.read())
+            engaged = payload["engaged"]
+            if not isinstance(engaged, bool):
+                raise TypeError
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return web.json_response({"error": 'send {"engaged": true|false}'}, status=400)
+        state.kill_switch.set(engaged, "admin endpoint")
+    elif request.method != "GET":
+        return web.json_response({"error": "GET or POST"}, status=405)
+    return web.json_response({"engaged": state.kill_switch.engaged})

@@ -1,0 +1,209 @@
+"""Per-API recall mechanics for whole (non-streamed) bodies.
+
+Each dialect knows how to offer the tool, find its calls in a response, build the
+continuation request and strip recall calls from a response the client will see.
+Streaming counterparts live in :mod:`ctxwarden.proxy.stream_filters`; both share
+:class:`~ctxwarden.proxy.recall.RoundResult` so the loop in the app is one loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ctxwarden.proxy.recall import (
+    RECALL_TOOL_NAME,
+    RecallAnswer,
+    RecallCall,
+    RoundResult,
+    tool_description,
+    tool_parameters,
+)
+
+__all__ = ["DIALECTS", "Dialect"]
+
+_CLIENT_ACTION_ITEMS = frozenset(
+    {"function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call",
+     "apply_patch_call", "mcp_approval_request"}
+)  # fmt: skip
+
+
+class Dialect(Protocol):
+    """Recall mechanics of one API (see module docstring)."""
+
+    def inject(self, request: dict[str, Any]) -> dict[str, Any] | None: ...
+    def find_calls(self, response: dict[str, Any]) -> RoundResult: ...
+    def continuation(
+        self, request: dict[str, Any], result: RoundResult, answers: list[RecallAnswer]
+    ) -> dict[str, Any]: ...
+    def strip(self, response: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def _tools(request: dict[str, Any]) -> list[Any] | None:
+    tools = request.get("tools", [])
+    return tools if isinstance(tools, list) else None
+
+
+class ChatDialect:
+    def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        tools = _tools(request)
+        if tools is None or "functions" in request:
+            return None
+        for tool in tools:
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(fn, dict) and fn.get("name") == RECALL_TOOL_NAME:
+                return None
+        spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
+                "parameters": tool_parameters}  # fmt: skip
+        return {**request, "tools": [*tools, {"type": "function", "function": spec}]}
+
+    def find_calls(self, response: dict[str, Any]) -> RoundResult:
+        choices = response.get("choices")
+        if not isinstance(choices, list) or len(choices) != 1:
+            return RoundResult()
+        message = choices[0].get("message") or {}
+        result = RoundResult()
+        recall_calls = []
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            if fn.get("name") == RECALL_TOOL_NAME:
+                recall_calls.append(call)
+                result.calls.append(RecallCall(str(call.get("id")), fn.get("arguments") or ""))
+            else:
+                result.other_calls += 1
+        result.assistant = {"role": "assistant", "content": message.get("content"),
+                            "tool_calls": recall_calls}  # fmt: skip
+        return result
+
+    def continuation(
+        self, request: dict[str, Any], result: RoundResult, answers: list[RecallAnswer]
+    ) -> dict[str, Any]:
+        tool_msgs = [
+            {"role": "tool", "tool_call_id": a.call_id, "content": a.text} for a in answers
+        ]
+        return {**request, "messages": [*request["messages"], result.assistant, *tool_msgs]}
+
+    def strip(self, response: dict[str, Any]) -> dict[str, Any]:
+        choices = []
+        for choice in response.get("choices") or []:
+            message = dict(choice.get("message") or {})
+            kept = [
+                c for c in message.get("tool_calls") or []
+                if (c.get("function") or {}).get("name") != RECALL_TOOL_NAME
+            ]  # fmt: skip
+            choice = dict(choice)
+            if kept:
+                message["tool_calls"] = kept
+            else:
+                message.pop("tool_calls", None)
+                if choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+            choice["message"] = message
+            choices.append(choice)
+        return {**response, "choices": choices}
+
+
+class ResponsesDialect:
+    def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        tools = _tools(request)
+        if tools is None:
+            return None
+        if any(isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools):
+            return None
+        spec = {"type": "function", "name": RECALL_TOOL_NAME, "description": tool_description,
+                "parameters": tool_parameters}  # fmt: skip
+        return {**request, "tools": [*tools, spec]}
+
+    def find_calls(self, response: dict[str, Any]) -> RoundResult:
+        output = response.get("output")
+        result = RoundResult(assistant=output if isinstance(output, list) else [])
+        for item in result.assistant:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "function_call" and item.get("name") == RECALL_TOOL_NAME:
+                result.calls.append(RecallCall(str(item.get("call_id")), item.get("arguments", "")))
+            elif item.get("type") in _CLIENT_ACTION_ITEMS:
+                result.other_calls += 1
+        return result
+
+    def continuation(
+        self, request: dict[str, Any], result: RoundResult, answers: list[RecallAnswer]
+    ) -> dict[str, Any]:
+        given = request.get("input", [])
+        items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+        outputs = [
+            {"type": "function_call_output", "call_id": a.call_id, "output": a.text}
+            for a in answers
+        ]
+        return {**request, "input": [*items, *result.assistant, *outputs]}
+
+    def strip(self, response: dict[str, Any]) -> dict[str, Any]:
+        output = [
+            item for item in response.get("output") or []
+            if not (isinstance(item, dict) and item.get("name") == RECALL_TOOL_NAME
+                    and item.get("type") == "function_call")
+        ]  # fmt: skip
+        return {**response, "output": output}
+
+
+class MessagesDialect:
+    def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        tools = _tools(request)
+        if tools is None:
+            return None
+        if any(isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools):
+            return None
+        spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
+                "input_schema": tool_parameters}  # fmt: skip
+        return {**request, "tools": [*tools, spec]}
+
+    def find_calls(self, response: dict[str, Any]) -> RoundResult:
+        content = response.get("content")
+        result = RoundResult(assistant=content if isinstance(content, list) else [])
+        for block in result.assistant:
+            if not isinstance(block, dict) or block.get("type") != "tool_use":
+                continue
+            if block.get("name") == RECALL_TOOL_NAME:
+                raw = block.get("input")
+                args = raw if isinstance(raw, str) else _dumps(raw)
+                result.calls.append(RecallCall(str(block.get("id")), args))
+            else:
+                result.other_calls += 1
+        return result
+
+    def continuation(
+        self, request: dict[str, Any], result: RoundResult, answers: list[RecallAnswer]
+    ) -> dict[str, Any]:
+        results = [
+            {"type": "tool_result", "tool_use_id": a.call_id, "content": a.text,
+             **({} if a.ok else {"is_error": True})}
+            for a in answers
+        ]  # fmt: skip
+        assistant = {"role": "assistant", "content": result.assistant}
+        user = {"role": "user", "content": results}
+        return {**request, "messages": [*request["messages"], assistant, user]}
+
+    def strip(self, response: dict[str, Any]) -> dict[str, Any]:
+        content = [
+            b for b in response.get("content") or []
+            if not (isinstance(b, dict) and b.get("type") == "tool_use"
+                    and b.get("name") == RECALL_TOOL_NAME)
+        ]  # fmt: skip
+        out = {**response, "content": content}
+        if out.get("stop_reason") == "tool_use" and not any(
+            isinstance(b, dict) and b.get("type") == "tool_use" for b in content
+        ):
+            out["stop_reason"] = "end_turn"
+        return out
+
+
+def _dumps(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+DIALECTS: dict[str, Dialect] = {
+    "openai.chat": ChatDialect(),
+    "openai.responses": ResponsesDialect(),
+    "anthropic.messages": MessagesDialect(),
+}

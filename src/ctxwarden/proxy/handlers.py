@@ -1,0 +1,235 @@
+"""Request handlers: the three condensed routes and the pass-through for the rest.
+
+The path of a condensed request: read the body (413 past the cap) -> decide the
+mode (:mod:`ctxwarden.proxy.rollout`) -> exact: forward the original bytes ->
+otherwise parse (400 naming the JSON path when malformed), condense on the engine
+thread, send the rewrite in active mode or the original bytes in shadow / canary-out
+/ fallback -> offer the recall tool when the outgoing request holds references ->
+relay. Any failure of ctxwarden itself sends the original bytes; only the upstream
+decides whether a request fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ctxwarden.config import Mode
+from ctxwarden.errors import MalformedRequest
+from ctxwarden.model.session import derive_session_key
+from ctxwarden.proxy.dialects import DIALECTS
+from ctxwarden.proxy.recall import REF_BYTES
+from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
+from ctxwarden.proxy.rollout import decide, header_mode
+from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
+from ctxwarden.proxy.state import STATE, ProxyState, RequestRecord
+from ctxwarden.proxy.upstream import UpstreamTimeout, UpstreamUnavailable
+
+__all__ = ["handle_condensed", "handle_forward"]
+
+_log = logging.getLogger("ctxwarden.proxy")
+
+
+def _error(family: Family, status: int, message: str, param: str | None = None) -> web.Response:
+    return web.Response(
+        body=error_body(family, status, message, param=param),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def _upstream_url(state: ProxyState, family: Family, request: web.Request) -> str:
+    origin = state.settings.anthropic_upstream if family == "anthropic" else (
+        state.settings.openai_upstream
+    )  # fmt: skip
+    return origin.rstrip("/") + request.raw_path
+
+
+async def _read_body(request: web.Request, state: ProxyState) -> bytes | None:
+    """The body, or ``None`` when it exceeds the cap."""
+    cap = state.settings.max_body_bytes
+    if request.content_length is not None and request.content_length > cap:
+        return None
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return None
+
+
+async def _run(
+    request: web.Request, record: RequestRecord, family: Family, work: Any
+) -> web.StreamResponse:
+    """Run ``work`` translating upstream errors; emit the event exactly once."""
+    state = request.app[STATE]
+    status = 0
+    try:
+        response: web.StreamResponse = await work
+        status = response.status
+        return response
+    except UpstreamTimeout as exc:
+        status = 504
+        record.set(error_type=type(exc).__name__)
+        return _error(family, 504, str(exc))
+    except UpstreamUnavailable as exc:
+        status = 502
+        record.set(error_type=type(exc).__name__)
+        return _error(family, 502, str(exc))
+    except ClientGone:
+        record.set(client_disconnected=True)
+        status = 499
+        raise
+    except asyncio.CancelledError:
+        record.set(client_disconnected=True)
+        status = 499
+        raise
+    finally:
+        state.telemetry.emit(record.event(status))
+
+
+async def handle_forward(request: web.Request) -> web.StreamResponse:
+    """Every path that is not condensed: forwarded unchanged (bytes in, bytes out)."""
+    state = request.app[STATE]
+    family = family_for(request.path, request.headers)
+    record = RequestRecord(route_label(request.path), request.method)
+    body = await _read_body(request, state)
+    if body is None:
+        record.set(fallback_reason=None)
+        return await _run(request, record, family, _too_large(family, state))
+    ex = Exchange(state, request, _upstream_url(state, family, request))
+    record.set(bytes_before=len(body), bytes_after=len(body))
+    return await _run(request, record, family, relay(ex, body or None, record))
+
+
+async def _too_large(family: Family, state: ProxyState) -> web.Response:
+    limit = state.settings.max_body_bytes
+    return _error(family, 413, f"request body exceeds the proxy limit of {limit} bytes")
+
+
+async def handle_condensed(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages``."""
+    state = request.app[STATE]
+    api, route = CONDENSED_ROUTES[request.path]
+    family = family_for(request.path, request.headers)
+    record = RequestRecord(route, request.method)
+    body = await _read_body(request, state)
+    if body is None:
+        return await _run(request, record, family, _too_large(family, state))
+    return await _run(
+        request, record, family, _condensed(request, state, api, family, body, record)
+    )
+
+
+async def _condensed(
+    request: web.Request, state: ProxyState, api: str, family: Family, body: bytes,
+    record: RequestRecord,
+) -> web.StreamResponse:  # fmt: skip
+    ex = Exchange(state, request, _upstream_url(state, family, request))
+    record.set(api=api, bytes_before=len(body), bytes_after=len(body))
+    wanted = header_mode(request.headers.get("x-ctxwarden-mode"))
+    server_mode: Mode = state.settings.mode or state.engine.config.mode
+    quick = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                   canary_percent=100, session=None)  # fmt: skip
+    if quick.mode == "exact":
+        record.mode = "exact"
+        record.set(rollout_reason=quick.reason)
+        return await relay(ex, body, record)
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return _error(family, 400, f"request body is not valid JSON: {exc}", param="")
+    if not isinstance(parsed, dict):
+        return _error(family, 400, "request body must be a JSON object at /", param="")
+    tenant = state.tenants.for_headers(request.headers)
+    session = request.headers.get("x-ctxwarden-session") or None
+    loop = asyncio.get_running_loop()
+    try:
+        outcome = await loop.run_in_executor(
+            state.executor,
+            _condense_sync, state, parsed, api, session, wanted, server_mode, tenant,
+        )  # fmt: skip
+    except MalformedRequest as exc:
+        return _error(family, 400, f"malformed request: {exc}", param=exc.pointer)
+    decision, result, failure = outcome
+    record.mode = decision.mode
+    record.set(
+        rollout_reason=decision.reason,
+        canary_bucket=decision.bucket,
+        canary_percent=state.settings.canary_percent,
+        stream=bool(parsed.get("stream")),
+    )
+    if failure is not None or result is None:
+        record.level = "error"
+        record.set(fallback_reason=f"proxy: {failure}", fallbacks=1)
+        return await relay(ex, body, record)
+    report = result.report
+    _report_fields(record, report)
+    out, outgoing = body, parsed
+    if decision.mode == "active" and report.get("rewritten"):
+        outgoing = result.request
+        out = orjson.dumps(outgoing)
+    record.set(bytes_after=len(out))
+    if decision.mode == "active" and REF_BYTES.search(out):
+        injected = DIALECTS[api].inject(outgoing)
+        if injected is not None:
+            record.set(recall_injected=True, recall_rounds=0)
+            stream = bool(parsed.get("stream"))
+            data = orjson.dumps(injected)
+            return await relay_with_recall(ex, api, injected, data, tenant, record, stream)
+    return await relay(ex, out, record)
+
+
+def _condense_sync(
+    state: ProxyState, parsed: dict[str, Any], api: str, session: str | None,
+    wanted: Mode | None, server_mode: Mode, tenant: str,
+) -> tuple[Any, Any, str | None]:  # fmt: skip
+    """On the engine thread: decide the canary bucket, then condense (never raises
+    except :class:`MalformedRequest`)."""
+    settings = state.settings
+    engine = state.engine
+    try:
+        if session is None and wanted is None and settings.canary_percent < 100:
+            session = derive_session_key(engine.parse(parsed, api))
+        decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                          canary_percent=settings.canary_percent, session=session)  # fmt: skip
+        items = parsed.get("messages", parsed.get("input"))
+        if isinstance(items, list) and len(items) > settings.max_messages:
+            return decision, None, f"limit: {len(items)} messages > {settings.max_messages}"
+        result = engine.condense(parsed, api=api, session=session, mode=decision.mode,
+                                 tenant=tenant)  # fmt: skip
+        return decision, result, None
+    except MalformedRequest:
+        raise
+    except Exception as exc:  # ctxwarden must never fail a forwardable request
+        _log.error("condense failed, sending the original: %s", type(exc).__name__)
+        return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                      canary_percent=100, session=None), None, type(exc).__name__  # fmt: skip
+
+
+def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:
+    before = int(report.get("tokens_before") or 0)
+    after = int(report.get("tokens_after") or before)
+    transforms = report.get("transforms") or {}
+    reason = report.get("fallback_reason")
+    if reason and ("Store" in str(reason) or "Artifact" in str(reason)):
+        record.level = "error"
+    record.set(
+        session=_session_hash(report.get("session")), model=report.get("model"),
+        tokens_before=before, tokens_after=after, tokens_saved=before - after,
+        saving_percent=round(100 * (before - after) / before, 2) if before else 0.0,
+        transforms={k: v for k, v in transforms.items() if isinstance(v, dict)},
+        rollbacks=report.get("rollbacks", 0), fallbacks=report.get("fallbacks", 0),
+        fallback_reason=reason, band=report.get("band"), pressure=report.get("pressure"),
+        references=len(report.get("references") or ()), condense_ms=report.get("duration_ms"),
+    )  # fmt: skip
+
+
+def _session_hash(session: Any) -> str | None:
+    """Session keys may come from a client header: log a hash, never the value."""
+    if not session:
+        return None
+    return "h-" + hashlib.blake2b(str(session).encode(), digest_size=8).hexdigest()

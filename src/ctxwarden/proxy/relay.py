@@ -1,0 +1,254 @@
+"""Relaying upstream responses to the client: plain, and with the recall loop.
+
+Contract:
+
+- Plain relay: a non-SSE body is read whole (bounded by the upstream) and returned
+  with the upstream status and headers, 4xx/5xx unchanged; an SSE body is written
+  to the client chunk by chunk as it arrives, never buffered. Usage is sniffed from
+  events on the side, without delaying them.
+- Recall loop: see :mod:`ctxwarden.proxy.recall`. Non-streamed answers are read,
+  recall calls answered and continuations sent until the model answers without the
+  tool (or the round limit is hit, in which case recall calls are stripped). Streams
+  go through a :class:`~ctxwarden.proxy.stream_filters.StreamFilter`.
+- A client that disconnects raises out of ``write`` (or cancels the handler); the
+  upstream response is then closed, which aborts the upstream request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ctxwarden.proxy.dialects import DIALECTS
+from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
+from ctxwarden.proxy.sse import SSESplitter, Usage
+from ctxwarden.proxy.state import ProxyState, RequestRecord
+from ctxwarden.proxy.stream_filters import FILTERS, StreamFilter
+from ctxwarden.proxy.upstream import UpstreamError, response_headers, translate_read_error
+
+__all__ = ["ClientGone", "Exchange", "relay", "relay_with_recall"]
+
+
+class ClientGone(Exception):
+    """The client disconnected while we were writing to it."""
+
+
+class Exchange:
+    """Where one request goes: method, URL, headers; the body varies per round."""
+
+    def __init__(self, state: ProxyState, request: web.Request, url: str) -> None:
+        self.state = state
+        self.request = request
+        self.url = url
+
+    def open(self, body: bytes | None) -> Any:
+        return self.state.client.open(self.request.method, self.url, self.request.headers, body)
+
+
+def _is_sse(response: aiohttp.ClientResponse) -> bool:
+    return response.content_type == "text/event-stream"
+
+
+async def _write(out: web.StreamResponse, data: bytes) -> None:
+    if not data:
+        return
+    try:
+        await out.write(data)
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
+        raise ClientGone() from exc
+
+
+async def relay(ex: Exchange, body: bytes | None, record: RequestRecord) -> web.StreamResponse:
+    """Send ``body`` and relay the answer (see module contract)."""
+    started = time.perf_counter()
+    async with ex.open(body) as upstream:
+        record.headers_in(time.perf_counter() - started)
+        record.set(upstream_status=upstream.status)
+        if not _is_sse(upstream):
+            data = await _read(upstream)
+            record.add_upstream(time.perf_counter() - started)
+            if upstream.content_type == "application/json" and b'"usage"' in data:
+                record.usage.observe(_loads(data))
+            headers = response_headers(upstream.headers)
+            return web.Response(body=data, status=upstream.status, headers=headers)
+        out = web.StreamResponse(status=upstream.status, headers=response_headers(upstream.headers))
+        await out.prepare(ex.request)
+        splitter = SSESplitter()
+        try:
+            async for chunk in upstream.content.iter_any():
+                await _write(out, chunk)
+                for event in splitter.feed(chunk):
+                    if '"usage"' in event.data:
+                        record.usage.observe(event.json())
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            record.set(error_type=type(translate_read_error(exc)).__name__)
+        record.add_upstream(time.perf_counter() - started)
+    await out.write_eof()
+    return out
+
+
+async def _read(upstream: aiohttp.ClientResponse) -> bytes:
+    try:
+        return await upstream.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise translate_read_error(exc) from exc
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+async def _answer(
+    state: ProxyState, result: RoundResult, tenant: str, record: RequestRecord
+) -> list[RecallAnswer]:
+    loop = asyncio.get_running_loop()
+    limit = state.settings.max_recall_calls
+    answers = []
+    for i, call in enumerate(result.calls):
+        if i >= limit:
+            text = f"ctxwarden_recall: at most {limit} calls per turn"
+            answers.append(RecallAnswer(call.call_id, text, False, "limit"))
+            continue
+        answer = await loop.run_in_executor(
+            state.executor,
+            lambda c=call: answer_call(  # type: ignore[misc]
+                state.engine.recall, c, tenant=tenant, max_bytes=state.settings.max_recall_bytes
+            ),
+        )
+        answers.append(answer)
+    errors = [a.error for a in answers if not a.ok]
+    fields = record.fields
+    record.set(
+        recall_calls=fields.get("recall_calls", 0) + len(answers),
+        recall_errors=fields.get("recall_errors", 0) + len(errors),
+    )
+    if "store" in errors:
+        record.level = "error"
+    return answers
+
+
+async def relay_with_recall(
+    ex: Exchange, api: str, request: dict[str, Any], body: bytes, tenant: str,
+    record: RequestRecord, stream: bool,
+) -> web.StreamResponse:  # fmt: skip
+    """Send ``request`` (tool injected) and run the recall loop (see module contract)."""
+    if stream:
+        return await _stream_loop(ex, api, request, body, tenant, record)
+    dialect = DIALECTS[api]
+    state = ex.state
+    rounds = 0
+    last: dict[str, Any] = {}
+    last_headers: CIMultiDict[str] = CIMultiDict()
+    while True:
+        started = time.perf_counter()
+        try:
+            async with ex.open(body) as upstream:
+                record.headers_in(time.perf_counter() - started)
+                data = await _read(upstream)
+                status, headers = upstream.status, response_headers(upstream.headers)
+        except UpstreamError as exc:
+            if not rounds:
+                raise
+            record.set(error_type=type(exc).__name__)
+            data, status, headers = b"", 599, last_headers
+        record.add_upstream(time.perf_counter() - started)
+        record.set(recall_rounds=rounds)
+        obj = _loads(data) if status == 200 else None
+        if not isinstance(obj, dict):
+            if rounds:  # a continuation failed: answer with what the last round gave
+                record.set(recall_failed_status=status)
+                return web.Response(body=orjson.dumps(dialect.strip(last)), headers=last_headers)
+            record.set(upstream_status=status)
+            return web.Response(body=data, status=status, headers=headers)
+        record.set(upstream_status=status)
+        record.usage.observe(obj)
+        result = dialect.find_calls(obj)
+        if not result.calls:
+            return web.Response(body=data, status=status, headers=headers)
+        if result.other_calls or rounds >= state.settings.max_recall_rounds:
+            return web.Response(body=orjson.dumps(dialect.strip(obj)), headers=headers)
+        answers = await _answer(state, result, tenant, record)
+        request = dialect.continuation(request, result, answers)
+        body = orjson.dumps(request)
+        last, last_headers = obj, headers
+        rounds += 1
+        record.set(recall_rounds=rounds)
+
+
+async def _stream_loop(
+    ex: Exchange, api: str, request: dict[str, Any], body: bytes, tenant: str,
+    record: RequestRecord,
+) -> web.StreamResponse:  # fmt: skip
+    state = ex.state
+    dialect = DIALECTS[api]
+    flt: StreamFilter = FILTERS[api]()
+    out: web.StreamResponse | None = None
+    rounds = 0
+    while True:
+        started = time.perf_counter()
+        try:
+            async with ex.open(body) as upstream:
+                record.headers_in(time.perf_counter() - started)
+                if upstream.status != 200 or not _is_sse(upstream):
+                    data = await _read(upstream)
+                    record.add_upstream(time.perf_counter() - started)
+                    if out is None:
+                        record.set(upstream_status=upstream.status)
+                        headers = response_headers(upstream.headers)
+                        return web.Response(body=data, status=upstream.status, headers=headers)
+                    record.set(recall_failed_status=upstream.status)
+                    break
+                if out is None:
+                    record.set(upstream_status=upstream.status)
+                    out = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
+                    await out.prepare(ex.request)
+                await _pump(upstream, flt, out, record)
+        except UpstreamError as exc:
+            if out is None:
+                raise
+            record.set(error_type=type(exc).__name__)
+            break
+        record.add_upstream(time.perf_counter() - started)
+        result = flt.round_result()
+        if not result.calls or result.other_calls or rounds >= state.settings.max_recall_rounds:
+            break
+        answers = await _answer(state, result, tenant, record)
+        request = dialect.continuation(request, result, answers)
+        body = orjson.dumps(request)
+        rounds += 1
+        record.set(recall_rounds=rounds)
+        flt.start_round()
+    assert out is not None
+    await _write(out, b"".join(flt.finish()))
+    await out.write_eof()
+    return out
+
+
+async def _pump(
+    upstream: aiohttp.ClientResponse, flt: StreamFilter, out: web.StreamResponse,
+    record: RequestRecord,
+) -> None:  # fmt: skip
+    splitter = SSESplitter()
+    usage = Usage()
+    try:
+        async for chunk in upstream.content.iter_any():
+            pending = []
+            for event in splitter.feed(chunk):
+                if '"usage"' in event.data:
+                    usage.observe(event.json())
+                pending.extend(flt.process(event))
+            await _write(out, b"".join(pending))
+        for event in splitter.flush():
+            await _write(out, b"".join(flt.process(event)))
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        record.set(error_type=type(translate_read_error(exc)).__name__)
+    usage.round_done(record.usage)

@@ -1,0 +1,90 @@
+"""Running the app: an in-process handle for tests and embedding, and the CLI loop.
+
+:class:`RunningServer` binds a TCP site (port 0 picks a free port), enables handler
+cancellation so that a client disconnect cancels the handler and with it the
+upstream request, and tears everything down on exit, so tests never leak servers.
+:func:`serve_forever` adds the signals of a long-running process: SIGUSR1 toggles the
+kill switch (exact mode for everyone), SIGINT/SIGTERM stop gracefully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from types import TracebackType
+
+from aiohttp import web
+
+from ctxwarden.proxy.rollout import KillSwitch
+from ctxwarden.proxy.state import STATE
+
+__all__ = ["RunningServer", "install_kill_switch_signal", "serve_forever"]
+
+_log = logging.getLogger("ctxwarden.proxy")
+
+
+class RunningServer:
+    """``async with RunningServer(app, host, port) as server: server.url``."""
+
+    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> RunningServer:
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.host, self.port, backlog=1024)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+    async def __aenter__(self) -> RunningServer:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+def install_kill_switch_signal(
+    kill_switch: KillSwitch, loop: asyncio.AbstractEventLoop | None = None
+) -> None:
+    """SIGUSR1 toggles ``kill_switch`` (remove with ``loop.remove_signal_handler``)."""
+    loop = loop or asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, kill_switch.toggle, "SIGUSR1")
+
+
+async def serve_forever(app: web.Application, host: str, port: int) -> None:
+    """Serve until SIGINT/SIGTERM; SIGUSR1 toggles the kill switch."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    install_kill_switch_signal(app[STATE].kill_switch, loop)
+    server = RunningServer(app, host, port)
+    await server.start()
+    _log.warning("ctxwarden proxy listening on %s", server.url)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        await server.stop()

@@ -1,0 +1,55 @@
+"""Proxy settings: one frozen value, built from CLI flags or ``CTXWARDEN_*`` variables.
+
+Limits bound what a client controls: body bytes (413 past the cap), messages per
+request (past the cap the request is forwarded uncondensed), recall rounds and
+calls per round, and recalled bytes per call (truncated with a note).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ctxwarden.config import Mode
+from ctxwarden.errors import ConfigError
+
+__all__ = ["DEFAULT_ANTHROPIC_UPSTREAM", "DEFAULT_OPENAI_UPSTREAM", "ProxySettings"]
+
+DEFAULT_OPENAI_UPSTREAM = "https://api.openai.com"
+DEFAULT_ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    """Everything the proxy needs besides the engine (see module docstring)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8787
+    openai_upstream: str = DEFAULT_OPENAI_UPSTREAM
+    anthropic_upstream: str = DEFAULT_ANTHROPIC_UPSTREAM
+    mode: Mode | None = None  # None: the engine config's mode
+    canary_percent: float = 100.0
+    admin_token: str | None = None
+    data_dir: str | None = None
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0  # between bytes from the upstream
+    total_timeout: float | None = None
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_messages: int = 20_000
+    max_recall_rounds: int = 3
+    max_recall_calls: int = 8
+    max_recall_bytes: int = 256 * 1024
+    pool_size: int = 256
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.canary_percent <= 100:
+            raise ConfigError("must be between 0 and 100", "canary_percent")
+        if self.mode not in (None, "active", "shadow", "exact"):
+            raise ConfigError("must be active, shadow or exact", "mode")
+        for name in ("openai_upstream", "anthropic_upstream"):
+            url: str = getattr(self, name)
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError("must be an http(s) origin", name)
+        if self.admin_token is not None and len(self.admin_token) < 16:
+            raise ConfigError("must be at least 16 characters", "admin_token")
+        if self.max_body_bytes <= 0 or self.max_recall_rounds < 0:
+            raise ConfigError("limits must be positive", "max_body_bytes")

@@ -1,0 +1,142 @@
+"""Server-sent events: an incremental splitter and provider usage extraction.
+
+The splitter never holds more than one incomplete event; complete events come out
+with their raw bytes (so pass-through can forward them unchanged), their ``event``
+name and their ``data`` text. Usage extraction understands the three APIs' usage
+objects (streaming and not) and normalizes them to prompt / cached / completion
+tokens, where Anthropic's prompt total includes cache reads and cache writes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+__all__ = ["SSEEvent", "SSESplitter", "Usage", "encode_event"]
+
+_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    """One complete event: raw bytes (with the blank line), name and data."""
+
+    raw: bytes
+    name: str | None
+    data: str
+
+    def json(self) -> Any:
+        """The data parsed as JSON, or ``None`` (``[DONE]``, empty or not JSON)."""
+        if not self.data or self.data == "[DONE]":
+            return None
+        try:
+            return orjson.loads(self.data)
+        except orjson.JSONDecodeError:
+            return None
+
+
+def encode_event(data: Any, name: str | None = None) -> bytes:
+    """Serialize one event (``data`` is JSON-encoded unless it is ``bytes``/``str``)."""
+    payload = (
+        data
+        if isinstance(data, bytes)
+        else (data.encode() if isinstance(data, str) else orjson.dumps(data))
+    )
+    head = f"event: {name}\n".encode() if name else b""
+    return head + b"data: " + payload + b"\n\n"
+
+
+class SSESplitter:
+    """Feed bytes, get complete events (see module docstring)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        self._buffer += chunk
+        events: list[SSEEvent] = []
+        while True:
+            match = _BOUNDARY.search(self._buffer)
+            if match is None:
+                break
+            raw = self._buffer[: match.end()]
+            self._buffer = self._buffer[match.end() :]
+            event = _parse(raw)
+            if event is not None:
+                events.append(event)
+        if len(self._buffer) > MAX_EVENT_BYTES:  # hostile or broken stream: stop parsing
+            self._buffer = b""
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """The trailing event of a stream that did not end with a blank line."""
+        raw, self._buffer = self._buffer, b""
+        event = _parse(raw + b"\n\n") if raw.strip() else None
+        return [event] if event else []
+
+
+def _parse(raw: bytes) -> SSEEvent | None:
+    name: str | None = None
+    data: list[str] = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if line.startswith(":") or not line:
+            continue
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "event":
+            name = value
+        elif key == "data":
+            data.append(value)
+    if name is None and not data:
+        return SSEEvent(raw, None, "") if raw.strip() else None
+    return SSEEvent(raw, name, "\n".join(data))
+
+
+@dataclass(slots=True)
+class Usage:
+    """Provider-reported usage, summed over recall rounds."""
+
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    _seen: set[str] = field(default_factory=set)
+
+    def observe(self, obj: Any) -> None:
+        """Take usage from a response body or a stream event payload (any API)."""
+        if not isinstance(obj, dict):
+            return
+        usage = obj.get("usage")
+        if not isinstance(usage, dict):
+            inner = obj.get("response") or obj.get("message")
+            usage = inner.get("usage") if isinstance(inner, dict) else None
+        if isinstance(usage, dict):
+            self._take(usage)
+
+    def _take(self, u: dict[str, Any]) -> None:
+        def num(value: Any) -> int:
+            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+        if "prompt_tokens" in u or "input_tokens" in u:
+            details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
+            cached = num(details.get("cached_tokens")) if isinstance(details, dict) else 0
+            cached += num(u.get("cache_read_input_tokens"))
+            prompt = num(u.get("prompt_tokens")) + num(u.get("input_tokens"))
+            prompt += num(u.get("cache_read_input_tokens"))
+            prompt += num(u.get("cache_creation_input_tokens"))
+            if prompt:
+                self.prompt_tokens = max(self.prompt_tokens or 0, prompt)
+                self.cached_tokens = max(self.cached_tokens or 0, cached)
+        out = num(u.get("completion_tokens")) + num(u.get("output_tokens"))
+        if out:
+            self.completion_tokens = max(self.completion_tokens or 0, out)
+
+    def round_done(self, totals: Usage) -> None:
+        """Add this round's figures into ``totals`` (one :class:`Usage` per round)."""
+        for name in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+            mine = getattr(self, name)
+            if mine is not None:
+                setattr(totals, name, (getattr(totals, name) or 0) + mine)

@@ -1,0 +1,320 @@
+"""Streaming recall: per-API filters that hold back recall tool-call events.
+
+A filter sees every SSE event of one upstream round and returns the bytes to
+forward now. Everything that is not the recall tool streams through immediately;
+the recall tool's events are swallowed, and the round's final events (finish chunk,
+usage chunk and ``[DONE]``; ``message_delta``/``message_stop``; ``response.completed``)
+are held until the proxy knows whether another round follows. Across rounds the
+client sees one coherent stream: one opening event, indexes renumbered without gaps,
+and the final events of the last round, with the stop reason patched when recall
+calls were removed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ctxwarden.proxy.recall import RECALL_TOOL_NAME, RecallCall, RoundResult
+from ctxwarden.proxy.sse import SSEEvent, encode_event
+
+__all__ = ["FILTERS", "ChatFilter", "MessagesFilter", "ResponsesFilter", "StreamFilter"]
+
+
+class StreamFilter:
+    """Base: round bookkeeping shared by the three APIs."""
+
+    def __init__(self) -> None:
+        self.round = 0
+        self.held: list[bytes] = []
+        self.result = RoundResult()
+        self.fallback: list[bytes] = []
+
+    def start_round(self) -> None:
+        """Called before each continuation round (not before the first).
+
+        The previous round's patched final events are kept as the fallback ending
+        in case the continuation fails before producing its own.
+        """
+        self.fallback = self.finish()
+        self.round += 1
+        self.held = []
+        self.result = RoundResult()
+
+    def process(self, event: SSEEvent) -> list[bytes]:
+        raise NotImplementedError
+
+    def round_result(self) -> RoundResult:
+        return self.result
+
+    def finish(self) -> list[bytes]:
+        """The held final events, patched for the client (the stream ends after them)."""
+        return self._patched() or self.fallback
+
+    def _patched(self) -> list[bytes]:
+        return self.held
+
+
+class ChatFilter(StreamFilter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunk_id: str | None = None
+        self._reset()
+
+    def start_round(self) -> None:
+        super().start_round()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._finished = False
+        self._recall: dict[int, dict[str, str]] = {}
+        self._others: dict[int, int] = {}
+        self._content: list[str] = []
+
+    def process(self, event: SSEEvent) -> list[bytes]:
+        obj = event.json()
+        if self._finished or event.data == "[DONE]":
+            self.held.append(event.raw if obj is None else self._retag(obj))
+            return []
+        if not isinstance(obj, dict):
+            return [event.raw]
+        changed = self.round > 0
+        self.chunk_id = self.chunk_id or obj.get("id")
+        choices = obj.get("choices") or []
+        for choice in choices:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self._content.append(delta["content"])
+            if delta.get("tool_calls"):
+                kept = self._split_calls(delta["tool_calls"])
+                if len(kept) != len(delta["tool_calls"]) or kept != delta["tool_calls"]:
+                    changed = True
+                    delta = {k: v for k, v in delta.items() if k != "tool_calls"}
+                    if kept:
+                        delta["tool_calls"] = kept
+                    choice["delta"] = delta
+            if choice.get("finish_reason"):
+                self._finished = True
+                self.held.append(self._retag(obj))
+                return []
+            if changed and not kept_anything(delta) and not choice.get("logprobs"):
+                return []
+        return [self._retag(obj) if changed else event.raw]
+
+    def _split_calls(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        kept = []
+        for call in calls:
+            index = call.get("index", 0)
+            fn = call.get("function") or {}
+            if fn.get("name") == RECALL_TOOL_NAME:
+                self._recall[index] = {"id": call.get("id") or "", "args": fn.get("arguments", "")}
+            elif index in self._recall:
+                self._recall[index]["args"] += fn.get("arguments") or ""
+            else:
+                mapped = self._others.setdefault(index, len(self._others))
+                kept.append(call if mapped == index else {**call, "index": mapped})
+        return kept
+
+    def _retag(self, obj: dict[str, Any]) -> bytes:
+        if self.chunk_id and obj.get("id") and obj["id"] != self.chunk_id:
+            obj = {**obj, "id": self.chunk_id}
+        return encode_event(obj)
+
+    def round_result(self) -> RoundResult:
+        calls = [RecallCall(c["id"], c["args"]) for c in self._recall.values()]
+        tool_calls = [
+            {"id": c["id"], "type": "function",
+             "function": {"name": RECALL_TOOL_NAME, "arguments": c["args"]}}
+            for c in self._recall.values()
+        ]  # fmt: skip
+        content = "".join(self._content) or None
+        assistant = {"role": "assistant", "content": content, "tool_calls": tool_calls}
+        return RoundResult(calls, len(self._others), assistant)
+
+    def _patched(self) -> list[bytes]:
+        if not self._recall or self._others:
+            return self.held
+        out = []
+        for raw in self.held:
+            if b'"tool_calls"' in raw:
+                obj = orjson.loads(raw.split(b"data: ", 1)[1])
+                for choice in obj.get("choices") or []:
+                    if choice.get("finish_reason") == "tool_calls":
+                        choice["finish_reason"] = "stop"
+                raw = encode_event(obj)
+            out.append(raw)
+        return out
+
+
+def kept_anything(delta: dict[str, Any]) -> bool:
+    return any(v not in (None, "", []) for k, v in delta.items() if k != "role")
+
+
+class MessagesFilter(StreamFilter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.offset = 0  # next client-visible block index
+        self._map: dict[int, int] = {}
+        self._recall: set[int] = set()
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._args: dict[int, list[str]] = {}
+
+    def start_round(self) -> None:
+        super().start_round()
+        self._map, self._recall, self._blocks, self._args = {}, set(), {}, {}
+
+    def process(self, event: SSEEvent) -> list[bytes]:
+        obj = event.json()
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "message_start":
+            return [event.raw] if self.round == 0 else []
+        if kind in ("message_delta", "message_stop"):
+            self.held.append(event.raw)
+            return []
+        if kind not in ("content_block_start", "content_block_delta", "content_block_stop"):
+            return [event.raw]
+        assert isinstance(obj, dict)
+        index = obj.get("index", 0)
+        if kind == "content_block_start":
+            block = dict(obj.get("content_block") or {})
+            self._blocks[index] = block
+            if block.get("type") == "tool_use" and block.get("name") == RECALL_TOOL_NAME:
+                self._recall.add(index)
+            else:
+                self._map[index] = self.offset
+                self.offset += 1
+        elif kind == "content_block_delta":
+            self._accumulate(index, obj.get("delta") or {})
+        if index in self._recall:
+            return []
+        mapped = self._map.get(index, index)
+        return [event.raw if mapped == index else encode_event({**obj, "index": mapped}, kind)]
+
+    def _accumulate(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + delta.get("text", "")
+        elif kind == "input_json_delta":
+            self._args.setdefault(index, []).append(delta.get("partial_json", ""))
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+        elif kind == "signature_delta":
+            block["signature"] = delta.get("signature", "")
+
+    def round_result(self) -> RoundResult:
+        blocks = []
+        result = RoundResult()
+        for index in sorted(self._blocks):
+            block = dict(self._blocks[index])
+            if block.get("type") == "tool_use":
+                args = "".join(self._args.get(index, [])) or "{}"
+                try:
+                    block["input"] = orjson.loads(args)
+                except orjson.JSONDecodeError:
+                    block["input"] = {}
+                if index in self._recall:
+                    result.calls.append(RecallCall(str(block.get("id")), args))
+                else:
+                    result.other_calls += 1
+            blocks.append(block)
+        result.assistant = blocks
+        return result
+
+    def _patched(self) -> list[bytes]:
+        if not self._recall or any(
+            b.get("type") == "tool_use" for i, b in self._blocks.items() if i not in self._recall
+        ):
+            return self.held
+        out = []
+        for raw in self.held:
+            event = _reparse(raw)
+            obj = event.json()
+            if isinstance(obj, dict) and obj.get("type") == "message_delta":
+                delta = obj.get("delta") or {}
+                if delta.get("stop_reason") == "tool_use":
+                    obj["delta"] = {**delta, "stop_reason": "end_turn"}
+                    raw = encode_event(obj, event.name)
+            out.append(raw)
+        return out
+
+
+class ResponsesFilter(StreamFilter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seq = 0
+        self.offset = 0
+        self.items: list[Any] = []  # client-visible output items, all rounds
+        self._map: dict[int, int] = {}
+        self._recall: set[int] = set()
+        self._final: tuple[str | None, dict[str, Any]] | None = None
+
+    def start_round(self) -> None:
+        super().start_round()
+        self._map, self._recall, self._final = {}, set(), None
+
+    def process(self, event: SSEEvent) -> list[bytes]:
+        obj = event.json()
+        if not isinstance(obj, dict):
+            return [event.raw]
+        kind = obj.get("type", "")
+        if kind in ("response.created", "response.in_progress", "response.queued"):
+            return [self._emit(obj, event.name)] if self.round == 0 else []
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            self._final = (event.name, obj)
+            response = obj.get("response") or {}
+            self.result = ResponsesFilter._result(response.get("output") or [])
+            return []
+        index = obj.get("output_index")
+        if not isinstance(index, int):
+            return [self._emit(obj, event.name)]
+        if kind == "response.output_item.added":
+            item = obj.get("item") or {}
+            if item.get("type") == "function_call" and item.get("name") == RECALL_TOOL_NAME:
+                self._recall.add(index)
+            else:
+                self._map[index] = self.offset
+                self.offset += 1
+        if index in self._recall:
+            return []
+        if kind == "response.output_item.done":
+            self.items.append(obj.get("item"))
+        return [self._emit({**obj, "output_index": self._map.get(index, index)}, event.name)]
+
+    def _emit(self, obj: dict[str, Any], name: str | None) -> bytes:
+        if "sequence_number" in obj:
+            obj = {**obj, "sequence_number": self.seq}
+        self.seq += 1
+        return encode_event(obj, name)
+
+    @staticmethod
+    def _result(output: list[Any]) -> RoundResult:
+        from ctxwarden.proxy.dialects import DIALECTS
+
+        return DIALECTS["openai.responses"].find_calls({"output": output})
+
+    def _patched(self) -> list[bytes]:
+        if self._final is None:
+            return []
+        name, obj = self._final
+        response = dict(obj.get("response") or {})
+        if self.round > 0 or self._recall:
+            response["output"] = list(self.items)
+        return [self._emit({**obj, "response": response}, name)]
+
+
+def _reparse(raw: bytes) -> SSEEvent:
+    from ctxwarden.proxy.sse import SSESplitter
+
+    events = SSESplitter().feed(raw)
+    return events[0] if events else SSEEvent(raw, None, "")
+
+
+FILTERS: dict[str, type[StreamFilter]] = {
+    "openai.chat": ChatFilter,
+    "openai.responses": ResponsesFilter,
+    "anthropic.messages": MessagesFilter,
+}

@@ -1,0 +1,79 @@
+"""Tenant keys: a keyed hash of the client's API credential, never the credential.
+
+The key is ``t-`` + the first 32 hex digits of HMAC-SHA256(secret, credential),
+where the secret is 32 random bytes kept in ``<data_dir>/proxy.secret`` (mode 0600,
+created on first start) so that tenant keys stay stable across restarts but cannot
+be recomputed by someone who only sees the store. The credential is the
+``x-api-key`` header, else the token of ``Authorization: Bearer``; the newest
+Anthropic SDK sends the latter, older ones the former, and both map to the same
+tenant for the same key. A request without a credential is tenant ``t-anonymous``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["ANONYMOUS_TENANT", "TenantKeys", "credential_of", "load_or_create_secret"]
+
+ANONYMOUS_TENANT = "t-anonymous"
+_SECRET_FILE = "proxy.secret"
+
+
+def load_or_create_secret(data_dir: str | Path) -> bytes:
+    """The per-data-dir secret, created atomically with mode 0600 when missing."""
+    folder = Path(data_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / _SECRET_FILE
+    try:
+        data = path.read_bytes()
+        if len(data) >= 32:
+            return data
+    except FileNotFoundError:
+        pass
+    fresh = secrets.token_bytes(32)
+    tmp = folder / f".{_SECRET_FILE}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(fresh)
+    try:
+        os.link(tmp, path)  # fails if another process won the race
+    except FileExistsError:
+        fresh = path.read_bytes()
+    finally:
+        tmp.unlink(missing_ok=True)
+    return fresh
+
+
+def credential_of(headers: Mapping[str, str]) -> str | None:
+    """The API credential of a request (``x-api-key`` first, then a Bearer token)."""
+    key = headers.get("x-api-key")
+    if key:
+        return key.strip()
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return None
+
+
+class TenantKeys:
+    """Derives tenant keys with one secret (see module docstring)."""
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) < 16:
+            raise ValueError("tenant secret must be at least 16 bytes")
+        self._secret = secret
+
+    def for_credential(self, credential: str | None) -> str:
+        if not credential:
+            return ANONYMOUS_TENANT
+        digest = hmac.new(self._secret, credential.encode("utf-8"), hashlib.sha256)
+        return "t-" + digest.hexdigest()[:32]
+
+    def for_headers(self, headers: Mapping[str, str]) -> str:
+        return self.for_credential(credential_of(headers))

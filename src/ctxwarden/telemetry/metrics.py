@@ -1,0 +1,120 @@
+"""Prometheus metrics for the proxy, fed by request events through the sink seam.
+
+Each :class:`ProxyMetrics` owns its own ``CollectorRegistry`` so that several apps
+(tests, embedded use) never collide in the global registry. Labels have bounded
+cardinality: route (fixed set), mode (3 values), status (HTTP code), fallback kind
+(a fixed classification, not the free-form reason). No contents, no credentials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "MetricsSink", "ProxyMetrics"]
+
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+)  # fmt: skip
+
+
+def _fallback_kind(reason: str) -> str:
+    lowered = reason.lower()
+    if "store" in lowered or "artifact" in lowered:
+        return "store"
+    if lowered.startswith("validation"):
+        return "validation"
+    if lowered.startswith("limit"):
+        return "limit"
+    return "error"
+
+
+class ProxyMetrics:
+    """The proxy's metric families, registered in a private registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "ctxwarden_requests", "Proxied requests.", ("route", "mode", "status"), registry=r
+        )
+        self.tokens_before = Counter(
+            "ctxwarden_tokens_before", "Estimated input tokens received.", ("route",), registry=r
+        )
+        self.tokens_saved = Counter(
+            "ctxwarden_tokens_saved", "Estimated input tokens removed.", ("route",), registry=r
+        )
+        self.upstream_prompt_tokens = Counter(
+            "ctxwarden_upstream_prompt_tokens",
+            "Prompt tokens as reported by the upstream.",
+            ("route",),
+            registry=r,
+        )
+        self.upstream_cached_tokens = Counter(
+            "ctxwarden_upstream_cached_tokens",
+            "Cached prompt tokens as reported by the upstream.",
+            ("route",),
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "ctxwarden_fallbacks",
+            "Requests sent uncondensed after a failure.",
+            ("route", "kind"),
+            registry=r,
+        )
+        self.recall_rounds = Counter(
+            "ctxwarden_recall_rounds", "Server-side recall rounds.", ("route",), registry=r
+        )
+        self.overhead = Histogram(
+            "ctxwarden_overhead_seconds",
+            "Time the proxy adds (total minus upstream).",
+            ("route", "mode"),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.upstream_latency = Histogram(
+            "ctxwarden_upstream_seconds",
+            "Upstream time to response headers (first round).",
+            ("route",),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        """The text exposition format for ``GET /metrics``."""
+        return bytes(generate_latest(self.registry))
+
+
+class MetricsSink:
+    """Updates :class:`ProxyMetrics` from request events (a :class:`Sink`)."""
+
+    def __init__(self, metrics: ProxyMetrics) -> None:
+        self.metrics = metrics
+
+    def emit(self, event: Mapping[str, Any]) -> None:
+        m = self.metrics
+        route = str(event.get("route", "other"))
+        mode = str(event.get("mode", "exact"))
+        m.requests.labels(route, mode, str(event.get("status", 0))).inc()
+        tokens_before = int(event.get("tokens_before") or 0)
+        if tokens_before:
+            m.tokens_before.labels(route).inc(tokens_before)
+        saved = int(event.get("tokens_saved") or 0)
+        if saved > 0 and mode == "active":
+            m.tokens_saved.labels(route).inc(saved)
+        if event.get("usage_prompt_tokens"):
+            m.upstream_prompt_tokens.labels(route).inc(int(event["usage_prompt_tokens"]))
+        if event.get("usage_cached_tokens"):
+            m.upstream_cached_tokens.labels(route).inc(int(event["usage_cached_tokens"]))
+        if event.get("fallback_reason"):
+            m.fallbacks.labels(route, _fallback_kind(str(event["fallback_reason"]))).inc()
+        rounds = int(event.get("recall_rounds") or 0)
+        if rounds:
+            m.recall_rounds.labels(route).inc(rounds)
+        if event.get("overhead_ms") is not None:
+            m.overhead.labels(route, mode).observe(float(event["overhead_ms"]) / 1000)
+        if event.get("upstream_ms") is not None:
+            m.upstream_latency.labels(route).observe(float(event["upstream_ms"]) / 1000)
