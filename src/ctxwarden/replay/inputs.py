@@ -1,0 +1,141 @@
+"""What a replay reads: recorded sessions and request logs, as ordered request streams.
+
+Inputs (files, or directories searched for them, sorted by name):
+
+- ``*.json`` / ``*.json.gz``: a session, an OpenAI Chat message list. Every
+  assistant message at index ``k`` yields the request ``messages[:k]`` and its real
+  next action ``messages[k]`` (:func:`ctxwarden.io.session_requests`).
+- ``*.jsonl`` / ``*.jsonl.gz``: one request per line as a proxy records it, any of
+  the three APIs. A line is either the request itself or a record
+  ``{"request": {...}, "api": ..., "session": ..., "ts": ..., "response": ...}``
+  (all but ``request`` optional). Lines group into sessions by ``session`` (default:
+  one session per file). ``api`` defaults to :func:`ctxwarden.io.guess_api`. The
+  next action is ``response`` when recorded, else the assistant items the next
+  request of the session added after this request's items. ``ts`` (epoch seconds)
+  feeds the idle-gap cache expiry.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ctxwarden.errors import ReplayError
+from ctxwarden.io import guess_api, load_session, session_requests
+from ctxwarden.replay.wire import item_role, items_of
+
+__all__ = ["ReplayRequest", "ReplaySession", "expand_paths", "iter_sessions", "read_jsonl"]
+
+_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """One request of a session, with the real next action when known."""
+
+    request: dict[str, Any]
+    api: str
+    next_action: Any = None
+    ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySession:
+    """An ordered stream of requests of one agent session."""
+
+    id: str
+    model: str | None
+    requests: list[ReplayRequest] = field(default_factory=list)
+    source: str = ""
+
+
+def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """Files named, plus session / log files found (recursively) in directories named."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            out.extend(sorted(f for f in p.rglob("*") if f.name.endswith(_SUFFIXES)))
+        elif p.exists():
+            out.append(p)
+        else:
+            raise ReplayError(f"{p}: no such file or directory")
+    return out
+
+
+def _from_session_file(path: Path) -> ReplaySession:
+    session = load_session(path)
+    requests = [
+        ReplayRequest(request=req, api="openai.chat", next_action=nxt)
+        for req, nxt in session_requests(session)
+    ]
+    return ReplaySession(session.id, session.model, requests, session.source)
+
+
+def _ts(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def read_jsonl(path: Path) -> list[ReplaySession]:
+    """The sessions of one JSONL request log (see module docstring)."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    groups: dict[str, list[tuple[dict[str, Any], str, Any, float | None]]] = {}
+    for n, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise ReplayError(f"{path}:{n}: not JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise ReplayError(f"{path}:{n}: a line must be a JSON object")
+        request = record.get("request") if isinstance(record.get("request"), dict) else record
+        assert isinstance(request, dict)
+        api = str(record.get("api") or guess_api(request))
+        session = str(record.get("session") or path.name)
+        ts = _ts(record.get("ts", record.get("timestamp")))
+        groups.setdefault(session, []).append((request, api, record.get("response"), ts))
+    sessions = []
+    for sid, rows in groups.items():
+        requests = []
+        for i, (request, api, response, ts) in enumerate(rows):
+            action = response
+            if action is None and i + 1 < len(rows):
+                action = _added_assistant_items(request, rows[i + 1][0], api) or None
+            requests.append(ReplayRequest(request, api, action, ts))
+        model = rows[0][0].get("model")
+        sessions.append(
+            ReplaySession(sid, model if isinstance(model, str) else None, requests, "jsonl")
+        )
+    return sessions
+
+
+def _added_assistant_items(request: Any, following: Any, api: str) -> list[Any]:
+    before = items_of(request, api)
+    after = items_of(following, api)
+    out = []
+    for item in after[len(before) :]:
+        if item_role(item) != "assistant":
+            break
+        out.append(item)
+    return out
+
+
+def iter_sessions(files: Sequence[Path]) -> Iterator[tuple[int, ReplaySession]]:
+    """``(file index, session)`` for every session of every file, in order (a file is
+    read when its turn comes)."""
+    for index, path in enumerate(files):
+        if path.name.endswith((".jsonl", ".jsonl.gz")):
+            for session in read_jsonl(path):
+                yield index, session
+        else:
+            yield index, _from_session_file(path)

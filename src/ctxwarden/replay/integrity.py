@@ -1,0 +1,109 @@
+"""Integrity of a condensed request against its original: every violation counted.
+
+Categories (each a count per request):
+
+- ``json``: the condensed request does not serialize, or its API adapter rejects it;
+- ``fields``: a top-level field other than the message list changed (model, tools,
+  system / instructions, ``previous_response_id``, ...);
+- ``order``: the number of message items changed (counted once), or an item's role
+  or type changed (once per item);
+- ``ids``: an item's tool calls / results (ids, names, order) changed;
+- ``pairing``: a tool call id left without its result, or a result without an
+  earlier call, that the original did not already have;
+- ``protected``: a system / developer message, the first user message or a message
+  after the last assistant message is not byte-identical.
+
+Only items whose rendered bytes differ are inspected, so an unchanged request costs
+one comparison per item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from ctxwarden.adapters import get_adapter
+from ctxwarden.errors import CtxwardenError
+from ctxwarden.replay.view import MessageInfo, Step
+
+__all__ = ["CATEGORIES", "check_integrity", "protected_positions", "unpaired_ids"]
+
+CATEGORIES = ("json", "fields", "order", "ids", "pairing", "protected")
+
+
+def protected_positions(messages: Sequence[MessageInfo]) -> frozenset[int]:
+    """System / developer items, the first user message, everything after the last assistant."""
+    out: set[int] = set()
+    first_user = False
+    last_assistant = -1
+    for i, m in enumerate(messages):
+        if m.role in ("system", "developer"):
+            out.add(i)
+        elif m.role == "user" and not first_user and not any(k == "result" for k, *_ in m.skeleton):
+            first_user = True
+            out.add(i)
+        if m.role == "assistant":
+            last_assistant = i
+    out.update(range(last_assistant + 1, len(messages)))
+    return frozenset(out)
+
+
+def unpaired_ids(messages: Sequence[MessageInfo]) -> set[tuple[str, str]]:
+    """``("result", id)`` for results without an earlier call, ``("call", id)`` for calls
+    never answered."""
+    calls: set[str] = set()
+    answered: set[str] = set()
+    out: set[tuple[str, str]] = set()
+    for m in messages:
+        for kind, cid, _ in m.skeleton:
+            if kind == "call":
+                calls.add(cid)
+            elif cid in calls:
+                answered.add(cid)
+            else:
+                out.add(("result", cid))
+    out.update(("call", c) for c in calls - answered)
+    return out
+
+
+def check_integrity(
+    original: dict[str, Any], condensed: dict[str, Any], api: str, orig: Step, cond: Step
+) -> dict[str, int]:
+    """Violations of ``condensed`` against ``original`` by category (empty when clean)."""
+    if condensed is original:
+        return {}
+    out: dict[str, int] = {}
+    if cond.header_key != orig.header_key:
+        out["fields"] = 1
+    a, b = orig.messages, cond.messages
+    changed = [i for i in range(min(len(a), len(b))) if a[i] is not b[i] and a[i].key != b[i].key]
+    if len(a) != len(b):
+        out["order"] = 1
+    if not changed and len(a) == len(b):
+        return out
+    try:
+        orjson.dumps(condensed)
+        get_adapter(api).parse(condensed)
+    except (TypeError, CtxwardenError):
+        out["json"] = 1
+    protected = protected_positions(a)
+    skeleton_changed = len(a) != len(b)
+    for i in changed:
+        if (a[i].role, a[i].item_type) != (b[i].role, b[i].item_type):
+            out["order"] = out.get("order", 0) + 1
+        if a[i].skeleton != b[i].skeleton:
+            out["ids"] = out.get("ids", 0) + 1
+            skeleton_changed = True
+        if i in protected:
+            out["protected"] = out.get("protected", 0) + 1
+    if len(b) < len(a):
+        missing = [i for i in protected if i >= len(b)]
+        if missing:
+            out["protected"] = out.get("protected", 0) + len(missing)
+    if skeleton_changed:
+        extra = unpaired_ids(b) - unpaired_ids(a)
+        if extra:
+            out["pairing"] = len(extra)
+    return out

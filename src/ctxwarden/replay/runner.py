@@ -1,0 +1,305 @@
+"""The replay loop: every session, request by request, through every subject.
+
+Contract of :func:`run_replay`:
+
+- each subject (engine configuration or baseline) is created once and sees the
+  requests of one session in order, sessions one after another, exactly as a proxy
+  would; subjects are independent, so their calls are interleaved per request;
+- the original request is analysed once per request and shared by all subjects;
+- nothing of the message contents is logged; contents only reach the result in the
+  side-by-side views of the worst sessions (for the HTML report).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxwarden.config import EngineConfig
+from ctxwarden.replay.cache import cache_expired, effective_cached, request_cost
+from ctxwarden.replay.inputs import ReplaySession, expand_paths, iter_sessions
+from ctxwarden.replay.integrity import check_integrity
+from ctxwarden.replay.metrics import SessionMetrics, aggregate
+from ctxwarden.replay.signals import distinctive_tokens
+from ctxwarden.replay.subjects import EngineSubject, MaskSubject, Subject, make_subject
+from ctxwarden.replay.view import MessageInfo, RequestView, Step
+from ctxwarden.replay.views import Featured, WorstViews
+from ctxwarden.replay.wire import action_text
+from ctxwarden.tokens.counter import TokenCounter
+from ctxwarden.tokens.registry import load_registry
+
+__all__ = [
+    "DEFAULT_BASELINES",
+    "Progress",
+    "ReplayOptions",
+    "ReplayResult",
+    "SubjectResult",
+    "run_replay",
+]
+
+DEFAULT_BASELINES = ("exact", "mask:10")
+Progress = Callable[[int, int, str], None]
+"""``progress(files_done, files_total, session_id)``, called after each session."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    """Knobs of one replay run."""
+
+    idle_gap: float | None = None
+    """Seconds after which the provider cache has expired between two turns."""
+    turn_seconds: float | None = None
+    """Assumed seconds between turns for inputs without timestamps."""
+    worst_views: int = 8
+    """Side-by-side views kept per configuration (the worst sessions)."""
+    trace_memory: bool = False
+    """Measure the peak allocation of each condense call with tracemalloc (slower)."""
+    max_sessions: int | None = None
+
+
+@dataclass(slots=True)
+class SubjectResult:
+    """One subject's sessions, views of its worst sessions, and its memory peak."""
+
+    name: str
+    kind: str
+    sessions: list[SessionMetrics] = field(default_factory=list)
+    views: WorstViews = field(default_factory=WorstViews)
+    peak_condense_bytes: int | None = None
+
+    def aggregate(self) -> dict[str, Any]:
+        return aggregate(self.sessions)
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """Everything a replay measured (see :mod:`ctxwarden.replay.report_json`)."""
+
+    subjects: list[SubjectResult]
+    files: list[str]
+    duration_s: float
+    peak_rss_bytes: int
+    options: ReplayOptions
+
+    def subject(self, name: str) -> SubjectResult:
+        for s in self.subjects:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+@dataclass(slots=True)
+class _State:
+    subject: Subject
+    result: SubjectResult
+    view: RequestView
+    metrics: SessionMetrics
+    featured: Featured | None = None
+    recover_memo: dict[tuple[bytes, bytes], bool] = field(default_factory=dict)
+
+
+def _recoverable(state: _State, a: MessageInfo, b: MessageInfo) -> bool:
+    memo_key = (a.key, b.key)
+    known = state.recover_memo.get(memo_key)
+    if known is None:
+        known = False
+        for ref in b.refs:
+            text = state.subject.recall(ref)
+            if text is not None and text and text in a.text:
+                known = True
+                break
+        state.recover_memo[memo_key] = known
+    return known
+
+
+def _measure(
+    state: _State, o: Step, c: Step, strings: Sequence[str], errors: dict[str, int]
+) -> tuple[list[str], list[str]]:
+    """Support, critical and recoverable figures; returns the missed strings and lines."""
+    m = state.metrics
+    identical = len(o.messages) == len(c.messages) and all(
+        a is b for a, b in zip(o.messages, c.messages, strict=True)
+    )
+    m.support_total += len(strings)
+    m.critical_total += len(errors)
+    if identical:
+        m.support_visible += len(strings)
+        m.critical_visible += len(errors)
+        return [], []
+    missed = [s for s in strings if not state.view.visible(s)]
+    m.support_visible += len(strings) - len(missed)
+    lost = [e for e in errors if e not in state.view.errors]
+    m.critical_visible += len(errors) - len(lost)
+    for a, b in zip(o.messages, c.messages, strict=False):
+        if a is not b and a.key != b.key:
+            m.condensed_tokens += a.tokens
+            if _recoverable(state, a, b):
+                m.recoverable_tokens += a.tokens
+    return missed, lost
+
+
+def _subjects(
+    configs: Sequence[str | EngineConfig | Subject], baselines: Sequence[str]
+) -> list[Subject]:
+    subjects = [make_subject(b) for b in baselines]
+    subjects += [make_subject(c) for c in configs]
+    names = [s.name for s in subjects]
+    for i, s in enumerate(subjects):
+        if names.count(s.name) > 1:
+            s.name = f"{s.name}#{i}"
+    return subjects
+
+
+def run_replay(
+    paths: Sequence[str | Path],
+    configs: Sequence[str | EngineConfig | Subject] = ("default",),
+    *,
+    baselines: Sequence[str] = DEFAULT_BASELINES,
+    options: ReplayOptions | None = None,
+    progress: Progress | None = None,
+) -> ReplayResult:
+    """Replay sessions / request logs at ``paths`` through baselines and configurations."""
+    options = options or ReplayOptions()
+    started = time.perf_counter()
+    files = expand_paths(paths)
+    subjects = _subjects(configs, baselines)
+    results = [
+        SubjectResult(s.name, s.kind, views=WorstViews(options.worst_views)) for s in subjects
+    ]
+    registry = load_registry()
+    counters: dict[str, TokenCounter] = {}
+    engine = next((s.engine for s in subjects if isinstance(s, EngineSubject)), None)
+    tracing = options.trace_memory and not tracemalloc.is_tracing()
+    if tracing:
+        tracemalloc.start()
+    try:
+        for n, (index, session) in enumerate(iter_sessions(files)):
+            if options.max_sessions is not None and n >= options.max_sessions:
+                break
+            info = registry.lookup(session.model or _first_model(session))
+            if engine is not None:
+                counter = engine.counter_for(info)
+            else:
+                spec = registry.tokenizer_for(info)
+                counter = counters.setdefault(str(spec), TokenCounter(spec))
+            _replay_session(session, subjects, results, counter, info, registry, options)
+            if progress is not None:
+                progress(index + 1, len(files), session.id)
+    finally:
+        if tracing:
+            tracemalloc.stop()
+        for s in subjects:
+            s.close()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return ReplayResult(
+        results, [str(f) for f in files], time.perf_counter() - started, rss, options
+    )
+
+
+def _first_model(session: ReplaySession) -> str | None:
+    for r in session.requests:
+        model = r.request.get("model")
+        if isinstance(model, str):
+            return model
+    return None
+
+
+def _replay_session(
+    session: ReplaySession,
+    subjects: Sequence[Subject],
+    results: Sequence[SubjectResult],
+    counter: TokenCounter,
+    info: Any,
+    registry: Any,
+    options: ReplayOptions,
+) -> None:
+    p_openai = registry.pricing_for(info, "openai")
+    p_anthropic = registry.pricing_for(info, "anthropic")
+    shared: dict[int, MessageInfo] = {}
+    count = counter.count_text
+    original = RequestView(count, shared)
+    states = [
+        _State(
+            s, r, RequestView(counter.count_text, shared), SessionMetrics(session.id, session.model)
+        )
+        for s, r in zip(subjects, results, strict=True)
+    ]
+    prev_ts: float | None = None
+    tracing = tracemalloc.is_tracing()
+    for turn, rr in enumerate(session.requests):
+        ts = rr.ts
+        if ts is None and options.turn_seconds is not None:
+            ts = turn * options.turn_seconds
+        expired = cache_expired(prev_ts, ts, options.idle_gap)
+        prev_ts = ts
+        o = original.advance(rr.request, rr.api)
+        strings: list[str] = []
+        if rr.next_action is not None:
+            strings = sorted(
+                t
+                for t in distinctive_tokens(action_text(rr.next_action))
+                if t in original.tool_tokens and t not in original.other_tokens
+            )
+        exact_o = request_cost(
+            o.tokens,
+            0 if expired else effective_cached(o.cached_tokens, p_openai),
+            p_openai,
+            writes=False,
+        )
+        exact_a = request_cost(
+            o.tokens,
+            0 if expired else effective_cached(o.cached_tokens, p_anthropic),
+            p_anthropic,
+            writes=True,
+        )
+        for st in states:
+            m = st.metrics
+            if tracing:
+                tracemalloc.reset_peak()
+                base = tracemalloc.get_traced_memory()[0]
+            t0 = time.perf_counter()
+            cond, report = st.subject.condense(rr.request, rr.api, session.id)
+            m.ms.append((time.perf_counter() - t0) * 1000)
+            if tracing:
+                peak = tracemalloc.get_traced_memory()[1] - base
+                st.result.peak_condense_bytes = max(st.result.peak_condense_bytes or 0, peak)
+            prev = st.view.prev
+            c = st.view.advance(cond, rr.api)
+            if prev is not None and c.cached_tokens < prev.tokens:
+                m.prefix_breaks += 1
+            cached_o = 0 if expired else effective_cached(c.cached_tokens, p_openai)
+            cached_a = 0 if expired else effective_cached(c.cached_tokens, p_anthropic)
+            m.tokens.append(c.tokens)
+            m.exact_tokens.append(o.tokens)
+            m.cached_tokens.append(cached_o)
+            m.cost_openai.append(request_cost(c.tokens, cached_o, p_openai, writes=False))
+            m.cost_anthropic.append(request_cost(c.tokens, cached_a, p_anthropic, writes=True))
+            m.exact_cost_openai += exact_o
+            m.exact_cost_anthropic += exact_a
+            missed, lost = _measure(st, o, c, strings, original.errors)
+            violations = check_integrity(rr.request, cond, rr.api, o, c)
+            m.violations.update(violations)
+            if isinstance(st.subject, MaskSubject) and report.get("masked"):
+                report = {
+                    **report,
+                    "transforms": {
+                        "observation_mask": {
+                            "count": report["masked"],
+                            "tokens_saved": o.tokens - c.tokens,
+                        }
+                    },
+                }
+            m.add_report(report)
+            if st.subject.name != "exact":
+                candidate = Featured.of(turn, rr, cond, violations, missed, lost)
+                if st.featured is None or candidate.rank >= st.featured.rank:
+                    st.featured = candidate
+    for st in states:
+        st.result.sessions.append(st.metrics)
+        if st.featured is not None:
+            st.result.views.offer(st.metrics, st.featured)

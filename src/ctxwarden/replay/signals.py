@@ -1,0 +1,92 @@
+"""What the agent must still see: distinctive strings and error lines.
+
+*Distinctive strings* are the tokens an agent copies from what it read into what it
+does next: paths (``src/app/models.py``), identifiers with an underscore, a dot or an
+inner capital (``parse_header``, ``os.path``, ``getUserName``) and numbers of two or
+more digits (line numbers, ports, counts). Plain words are not distinctive. A token
+is a maximal run of ``[A-Za-z0-9_./-]``, with a leading ``./`` and trailing ``.-/``
+stripped, so ``./src/a.py:12`` yields ``src/a.py`` and ``12``.
+
+*Error lines* are whole lines (stripped, at most :data:`MAX_LINE` characters) that
+carry a traceback header, an ``...Error:`` / ``...Exception:`` prefix, ``FAILED`` /
+``FAIL:``, a compiler diagnostic (``file:12:3: error``, ``error[E0308]``,
+``[ERROR]``) or a Rust / Go panic. A line is *still visible* when the same line is an
+error line of the condensed request; cutting or rewording it counts as lost.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MAX_LINE", "distinctive_tokens", "error_lines"]
+
+MAX_LINE = 300
+
+_TOKEN = re.compile(r"[A-Za-z0-9_./\-]+")
+_CAMEL = re.compile(r"[a-z][A-Z]")
+_DIGITS = re.compile(r"\d{2,}")
+_ERROR = re.compile(
+    r"Traceback \(most recent call last\)"
+    r"|\b[A-Za-z_][\w.]*(?:Error|Exception):"
+    r"|^\s*(?:error|ERROR|fatal error|fatal):"
+    r"|\bFAILED\b|\bFAIL:"
+    r"|^\S+:\d+(?::\d+)?:\s*(?:fatal )?error\b"
+    r"|\berror\[E\d+\]|\[ERROR\]"
+    r"|\bpanicked at\b|^panic:",
+    re.MULTILINE,
+)
+
+
+def _distinctive(token: str) -> bool:
+    if len(token) < 2:
+        return False
+    if token.isdigit():
+        return True
+    if len(token) < 3 or not any(c.isalpha() for c in token):
+        return False
+    if "/" in token or "_" in token:
+        return True
+    if "." in token:
+        head, _, tail = token.rpartition(".")
+        return bool(head) and bool(tail) and len(token) >= 4
+    return bool(_CAMEL.search(token))
+
+
+def distinctive_tokens(text: str) -> set[str]:
+    """The distinctive strings of ``text`` (see module docstring)."""
+    out: set[str] = set()
+    for raw in _TOKEN.findall(text):
+        token = raw.rstrip(".-/")
+        while token.startswith("./"):
+            token = token[2:]
+        if not token:
+            continue
+        if token.isdigit():
+            if len(token) >= 2:
+                out.add(token)
+            continue
+        if _distinctive(token):
+            out.add(token)
+        elif any(c.isdigit() for c in token):
+            out.update(_DIGITS.findall(token))
+    return out
+
+
+def error_lines(text: str) -> set[str]:
+    """The error lines of ``text`` (see module docstring)."""
+    out: set[str] = set()
+    if not text:
+        return out
+    last_end = -1
+    for match in _ERROR.finditer(text):
+        start = text.rfind("\n", 0, match.start()) + 1
+        if start <= last_end:
+            continue
+        end = text.find("\n", match.end())
+        if end < 0:
+            end = len(text)
+        last_end = end
+        line = text[start:end].strip()
+        if line:
+            out.add(line[:MAX_LINE])
+    return out

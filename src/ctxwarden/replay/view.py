@@ -1,0 +1,191 @@
+"""Incremental views of consecutive requests of one session.
+
+Agents resend their whole history every turn, so everything the replay derives from
+a message (its rendered bytes, tokens, distinctive strings, error lines) is computed
+once per message object and reused: the original requests of a session share their
+message dicts (``messages[:k]``), and the engine's contract keeps unchanged values
+shared with its input. A :class:`RequestView` also keeps running multisets of the
+strings visible in the current request, updated from the longest common message
+prefix with the previous request, so a turn costs O(new messages), not O(history).
+
+The per-message cache holds a reference to each message so that ``id()`` keys stay
+valid; one view lives for one session of one configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ctxwarden.replay.signals import distinctive_tokens, error_lines
+from ctxwarden.replay.wire import (
+    MEDIA_PLACEHOLDER,
+    header_of,
+    item_role,
+    item_skeleton,
+    item_texts,
+    items_of,
+)
+from ctxwarden.store.base import REF_PATTERN
+
+__all__ = ["MEDIA_TOKENS", "MESSAGE_OVERHEAD", "MessageInfo", "RequestView", "Step"]
+
+MESSAGE_OVERHEAD = 4
+MEDIA_TOKENS = 765
+HEADER_OVERHEAD = 3
+
+CountText = Callable[[str], int]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageInfo:
+    """What the replay knows about one rendered message (or the header)."""
+
+    item: Any
+    key: bytes
+    tokens: int
+    role: str
+    item_type: str
+    tool_tokens: frozenset[str]
+    other_tokens: frozenset[str]
+    errors: frozenset[str]
+    skeleton: tuple[tuple[str, str, str], ...]
+    refs: tuple[str, ...]
+    text: str
+
+
+def _digest(value: Any) -> bytes:
+    return hashlib.blake2b(orjson.dumps(value), digest_size=16).digest()
+
+
+def describe(item: Any, count: CountText, *, overhead: int = MESSAGE_OVERHEAD) -> MessageInfo:
+    """Analyse one message item (or a header dict with ``overhead=HEADER_OVERHEAD``)."""
+    texts = item_texts(item)
+    tool: set[str] = set()
+    other: set[str] = set()
+    errors: set[str] = set()
+    tokens = overhead
+    for is_tool, text in texts:
+        if text == MEDIA_PLACEHOLDER:
+            tokens += MEDIA_TOKENS
+            continue
+        tokens += count(text)
+        (tool if is_tool else other).update(distinctive_tokens(text))
+        errors.update(error_lines(text))
+    joined = "\n".join(t for _, t in texts)
+    return MessageInfo(
+        item=item,
+        key=_digest(item),
+        tokens=tokens,
+        role=item_role(item),
+        item_type=str(item.get("type", "message")) if isinstance(item, dict) else "text",
+        tool_tokens=frozenset(tool),
+        other_tokens=frozenset(other),
+        errors=frozenset(errors),
+        skeleton=item_skeleton(item),
+        refs=tuple(dict.fromkeys(REF_PATTERN.findall(joined))),
+        text=joined,
+    )
+
+
+def _header_item(header: dict[str, Any]) -> dict[str, Any]:
+    """The part of a header that is priced as input: system text and tool schemas."""
+    out: dict[str, Any] = {}
+    for key in ("system", "instructions"):
+        if key in header:
+            out[key] = header[key]
+    if header.get("tools"):
+        out["tools"] = orjson.dumps(header["tools"]).decode()
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One request as seen by a view."""
+
+    header: MessageInfo
+    header_key: bytes
+    messages: tuple[MessageInfo, ...]
+    common: int
+    """Messages shared with the previous request (message-level prefix), header ignored."""
+    cached_tokens: int
+    """Tokens of the longest prefix shared with the previous request (header included)."""
+    tokens: int
+
+
+def _add(counter: dict[str, int], keys: frozenset[str], sign: int) -> None:
+    for k in keys:
+        n = counter.get(k, 0) + sign
+        if n:
+            counter[k] = n
+        else:
+            counter.pop(k, None)
+
+
+class RequestView:
+    """Consecutive requests of one session through one configuration (see module doc)."""
+
+    def __init__(self, count: CountText, cache: dict[int, MessageInfo] | None = None) -> None:
+        self._count = count
+        self._cache: dict[int, MessageInfo] = {} if cache is None else cache
+        """Per-message infos by ``id``; views of one session may share one cache."""
+        self._headers: dict[bytes, MessageInfo] = {}
+        self.prev: Step | None = None
+        self.tool_tokens: dict[str, int] = {}
+        """Multiset of distinctive strings in tool outputs of the current request."""
+        self.other_tokens: dict[str, int] = {}
+        """Multiset of distinctive strings elsewhere (header included)."""
+        self.errors: dict[str, int] = {}
+        """Multiset of error lines of the current request's messages."""
+
+    def info(self, item: Any) -> MessageInfo:
+        found = self._cache.get(id(item))
+        if found is None or found.item is not item:
+            found = self._cache[id(item)] = describe(item, self._count)
+        return found
+
+    def advance(self, request: Any, api: str) -> Step:
+        """Account the next request of the session and return its step."""
+        header = header_of(request, api)
+        header_key = _digest(header)
+        hinfo = self._headers.get(header_key)
+        if hinfo is None:
+            hinfo = describe(_header_item(header), self._count, overhead=HEADER_OVERHEAD)
+            self._headers[header_key] = hinfo
+        infos = tuple(self.info(item) for item in items_of(request, api))
+        prev = self.prev
+        old: tuple[MessageInfo, ...] = prev.messages if prev else ()
+        common = 0
+        limit = min(len(old), len(infos))
+        while common < limit and (
+            old[common] is infos[common] or old[common].key == infos[common].key
+        ):
+            common += 1
+        for gone in old[common:]:
+            self._account(gone, -1)
+        for new in infos[common:]:
+            self._account(new, +1)
+        if prev is None or prev.header is not hinfo:
+            if prev is not None:
+                _add(self.other_tokens, prev.header.other_tokens | prev.header.tool_tokens, -1)
+            _add(self.other_tokens, hinfo.other_tokens | hinfo.tool_tokens, +1)
+        total = hinfo.tokens + sum(m.tokens for m in infos)
+        cached = 0
+        if prev is not None and prev.header_key == header_key:
+            cached = hinfo.tokens + sum(m.tokens for m in infos[:common])
+        step = Step(hinfo, header_key, infos, common, cached, total)
+        self.prev = step
+        return step
+
+    def _account(self, info: MessageInfo, sign: int) -> None:
+        _add(self.tool_tokens, info.tool_tokens, sign)
+        _add(self.other_tokens, info.other_tokens, sign)
+        _add(self.errors, info.errors, sign)
+
+    def visible(self, token: str) -> bool:
+        """True when ``token`` is a distinctive string anywhere in the current request."""
+        return token in self.tool_tokens or token in self.other_tokens
