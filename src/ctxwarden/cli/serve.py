@@ -1,11 +1,119 @@
-"""`ctxwarden serve` commands (being built)."""
+"""``ctxwarden serve`` (the proxy) and ``ctxwarden fake-upstream`` (the scripted fake).
+
+Every ``serve`` option can also come from the environment: ``--openai-upstream`` is
+``CTXWARDEN_OPENAI_UPSTREAM`` and so on (flag wins over variable, variable over the
+default). Other tools drive these flags: keep them stable.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import os
+from typing import Any
 
-__all__ = ["register"]
+from ctxwarden.config import EngineConfig, load_config
+from ctxwarden.errors import ConfigError
+
+__all__ = ["register", "settings_from_args"]
+
+_SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
+    ("--host", "interface to bind", "127.0.0.1"),
+    ("--port", "port to bind", 8787),
+    ("--openai-upstream", "OpenAI origin", "https://api.openai.com"),
+    ("--anthropic-upstream", "Anthropic origin", "https://api.anthropic.com"),
+    ("--config", "TOML engine config file", None),
+    ("--data-dir", "store and secret directory", None),
+    ("--mode", "active | shadow | exact (default: the config's mode)", None),
+    ("--canary-percent", "share of sessions condensed in active mode (0-100)", 100.0),
+    ("--admin-token", "enables the loopback kill-switch endpoint", None),
+    ("--read-timeout", "seconds between upstream bytes before 504", 600.0),
+    ("--max-body-bytes", "request body cap (413 past it)", 32 * 1024 * 1024),
+    ("--log-level", "debug | info | warning | error", "info"),
+)
+
+
+def _env_name(flag: str) -> str:
+    return "CTXWARDEN_" + flag.lstrip("-").replace("-", "_").upper()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    return None
+    p = sub.add_parser("serve", help="run the condensing proxy (OpenAI and Anthropic APIs)")
+    for flag, help_text, default in _SERVE_OPTIONS:
+        p.add_argument(flag, default=None, help=f"{help_text} [{_env_name(flag)}; {default}]")
+    p.set_defaults(handler=_serve)
+
+    p = sub.add_parser("fake-upstream", help="run the scripted fake OpenAI/Anthropic upstream")
+    p.add_argument("--host", default=os.environ.get("CTXWARDEN_FAKE_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("CTXWARDEN_FAKE_PORT", 9000)))
+    p.add_argument("--text", help="the answer text of every reply")
+    p.set_defaults(handler=_fake_upstream)
+
+
+def _option(args: argparse.Namespace, flag: str, default: Any, env: dict[str, str]) -> Any:
+    value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+    if value is None:
+        value = env.get(_env_name(flag))
+    if value is None:
+        return default
+    if isinstance(default, bool | int | float) and not isinstance(default, bool):
+        try:
+            return type(default)(value)
+        except ValueError:
+            raise ConfigError(f"not a number: {value!r}", flag.lstrip("-")) from None
+    return value
+
+
+def settings_from_args(
+    args: argparse.Namespace, env: dict[str, str] | None = None
+) -> tuple[Any, EngineConfig, str]:
+    """``(ProxySettings, EngineConfig, log level)`` from flags, then env, then defaults."""
+    from ctxwarden.proxy.settings import ProxySettings
+
+    env = dict(os.environ) if env is None else env
+    values = {flag: _option(args, flag, default, env) for flag, _, default in _SERVE_OPTIONS}
+    config = load_config(values["--config"]) if values["--config"] else EngineConfig()
+    if values["--data-dir"]:
+        config = EngineConfig.model_validate(
+            {**config.model_dump(), "data_dir": values["--data-dir"]}
+        )
+    settings = ProxySettings(
+        host=values["--host"],
+        port=values["--port"],
+        openai_upstream=values["--openai-upstream"],
+        anthropic_upstream=values["--anthropic-upstream"],
+        mode=values["--mode"],
+        canary_percent=values["--canary-percent"],
+        admin_token=values["--admin-token"],
+        data_dir=values["--data-dir"],
+        read_timeout=values["--read-timeout"],
+        max_body_bytes=values["--max-body-bytes"],
+    )
+    return settings, config, str(values["--log-level"])
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ctxwarden.engine import Engine
+    from ctxwarden.proxy import build_app, serve_forever
+    from ctxwarden.telemetry import configure_json_logging
+
+    settings, config, level = settings_from_args(args)
+    configure_json_logging(getattr(logging, level.upper(), logging.INFO))
+    engine = Engine(config)
+    try:
+        app = build_app(engine, settings)
+        asyncio.run(serve_forever(app, settings.host, settings.port))
+    finally:
+        engine.close()
+    return 0
+
+
+def _fake_upstream(args: argparse.Namespace) -> int:
+    from ctxwarden.proxy.fake_upstream import run_fake_upstream
+
+    try:
+        asyncio.run(run_fake_upstream(args.host, args.port, args.text))
+    except KeyboardInterrupt:
+        return 0
+    return 0

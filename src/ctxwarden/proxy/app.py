@@ -97,9 +97,20 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         total_timeout=s.total_timeout,
         pool_size=s.pool_size,
     )
+    await asyncio.get_running_loop().run_in_executor(state.executor, _warm_up, state.engine)
     yield
     await state.upstream.close()
     state.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _warm_up(engine: Engine) -> None:
+    """Load the tokenizer before the first request instead of during it."""
+    try:
+        request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "warm up"}]}
+        conversation = engine.parse(request, "openai.chat")
+        engine.counter_for(engine.registry.lookup("gpt-4o")).count_conversation(conversation)
+    except Exception as exc:  # a cold start is slower, not broken
+        _log.warning("warm-up failed: %s", type(exc).__name__)
 
 
 async def _healthz(request: web.Request) -> web.Response:

@@ -1,0 +1,223 @@
+"""A scriptable fake of the OpenAI and Anthropic APIs, for tests, demos and users.
+
+It speaks Chat Completions, Responses and Messages, streaming (SSE, the providers'
+event sequences) and not, plus ``/v1/messages/count_tokens`` and ``GET /v1/models``.
+Every request is recorded (method, path, headers, raw body bytes) so tests can
+check exactly what arrived. Answers are :class:`Reply` values taken from a queue
+(:meth:`FakeUpstream.script`), else the default reply::
+
+    async with FakeUpstream() as fake:
+        fake.script(Reply(tool_calls=[ToolCall("ctxwarden_recall", {"ref": ref})]),
+                    Reply(text="done"))
+        ...  # point a client (or the proxy) at fake.url
+        assert fake.received[-1].json()["messages"][-1]["role"] == "tool"
+
+Faults: ``status``/``error`` (an error in the API's own shape), ``delay`` (before
+headers, for timeouts), ``chunk_delay`` (slow streams, for disconnects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ctxwarden.proxy import fake_events
+from ctxwarden.proxy.shapes import Family, error_body
+
+__all__ = ["FakeUpstream", "Received", "Reply", "ToolCall"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the fake model makes (``call_id`` is generated when empty)."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    call_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One scripted answer (see module docstring)."""
+
+    text: str = "Hello from the fake upstream."
+    tool_calls: tuple[ToolCall, ...] | list[ToolCall] = ()
+    status: int = 200
+    error: str = "scripted error"
+    delay: float = 0.0
+    chunk_delay: float = 0.0
+    prompt_tokens: int | None = None
+    cached_tokens: int = 0
+    completion_tokens: int = 7
+
+
+@dataclass(slots=True)
+class Received:
+    """One request as it arrived; ``finished`` is false when the client went away."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    finished: bool = False
+    cancelled: bool = False
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+class FakeUpstream:
+    """The fake server; ``async with FakeUpstream() as fake`` binds a free port."""
+
+    def __init__(self, *replies: Reply, default: Reply | None = None) -> None:
+        self.queue: deque[Reply] = deque(replies)
+        self.default = default or Reply()
+        self.received: list[Received] = []
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies; each request takes the next one (then the default)."""
+        self.queue.extend(replies)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        for path, api in (
+            ("/v1/chat/completions", "chat"),
+            ("/v1/responses", "responses"),
+            ("/v1/messages", "messages"),
+        ):
+            app.router.add_post(path, self._generate(api))
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> FakeUpstream:
+        self.host = host
+        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeUpstream:
+        return await self.start()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def _record(self, request: web.Request) -> Received:
+        body = await request.read()
+        item = Received(request.method, request.path, request.query_string,
+                        dict(request.headers), body)  # fmt: skip
+        self.received.append(item)
+        return item
+
+    def _generate(self, api: str) -> Any:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            item = await self._record(request)
+            reply = self.queue.popleft() if self.queue else self.default
+            try:
+                if reply.delay:
+                    await asyncio.sleep(reply.delay)
+                family: Family = "anthropic" if api == "messages" else "openai"
+                if reply.status != 200:
+                    item.finished = True
+                    return web.Response(
+                        body=error_body(family, reply.status, reply.error),
+                        status=reply.status,
+                        content_type="application/json",
+                        headers={"x-fake-upstream": "error"},
+                    )
+                try:
+                    payload = orjson.loads(item.body)
+                except orjson.JSONDecodeError:
+                    payload = {}
+                n = next(self._ids)
+                prompt = reply.prompt_tokens or max(1, len(item.body) // 4)
+                answer = fake_events.Answer(reply, payload if isinstance(payload, dict) else {},
+                                            n, prompt)  # fmt: skip
+                if isinstance(payload, dict) and payload.get("stream"):
+                    response = await self._stream(request, fake_events.EVENTS[api](answer), reply)
+                else:
+                    response = web.json_response(
+                        fake_events.BODIES[api](answer), dumps=lambda o: orjson.dumps(o).decode()
+                    )
+                item.finished = True
+                return response
+            except asyncio.CancelledError:
+                item.cancelled = True
+                raise
+
+        return handler
+
+    async def _stream(
+        self, request: web.Request, events: list[bytes], reply: Reply
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})  # fmt: skip
+        await response.prepare(request)
+        for event in events:
+            await response.write(event)
+            if reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+        await response.write_eof()
+        return response
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        item = await self._record(request)
+        item.finished = True
+        return web.json_response({"input_tokens": max(1, len(item.body) // 4)})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        item = await self._record(request)
+        item.finished = True
+        if "anthropic-version" in request.headers:
+            data = [{"type": "model", "id": "claude-fake", "display_name": "Fake",
+                     "created_at": "2025-01-01T00:00:00Z"}]  # fmt: skip
+            return web.json_response({"data": data, "has_more": False, "first_id": "claude-fake",
+                                      "last_id": "claude-fake"})  # fmt: skip
+        model: dict[str, Any] = {"id": "gpt-fake", "object": "model", "created": 1700000000,
+                                 "owned_by": "fake"}  # fmt: skip
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        item = await self._record(request)
+        item.finished = True
+        return web.Response(body=error_body("openai", 404, f"no route {request.path}"),
+                            status=404, content_type="application/json")  # fmt: skip
+
+
+async def run_fake_upstream(host: str, port: int, text: str | None = None) -> None:
+    """Serve a fake until cancelled (``ctxwarden fake-upstream``)."""
+    fake = FakeUpstream(default=Reply(text=text) if text else None)
+    await fake.start(host, port)
+    print(f"fake upstream listening on {fake.url}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await fake.stop()

@@ -1,0 +1,77 @@
+"""Fixtures: a fake upstream and a proxy in front of it, both on free loopback ports.
+
+Everything is started and torn down inside the test's event loop, so no server
+outlives its test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.proxy import FakeUpstream, ProxySettings, RunningServer, build_app
+from ctxwarden.proxy.state import STATE, ProxyState
+from ctxwarden.telemetry import MemoryRecorder
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+KEY_A = "sk-test-tenant-a"
+KEY_B = "sk-test-tenant-b"
+
+
+@dataclass
+class Proxy:
+    url: str
+    fake: FakeUpstream
+    recorder: MemoryRecorder
+    engine: Engine
+    state: ProxyState
+
+    @property
+    def openai_url(self) -> str:
+        return self.url + "/v1"
+
+    def tenant(self, key: str) -> str:
+        return self.state.tenants.for_credential(key)
+
+
+ProxyFactory = Callable[..., AbstractAsyncContextManager[Proxy]]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream() as server:
+        yield server
+
+
+@pytest.fixture
+def make_proxy(fake: FakeUpstream) -> ProxyFactory:
+    @asynccontextmanager
+    async def factory(engine: Engine | None = None, **settings: Any) -> AsyncIterator[Proxy]:
+        own = engine is None
+        engine = engine or Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
+        recorder = MemoryRecorder()
+        options: dict[str, Any] = {
+            "openai_upstream": fake.url,
+            "anthropic_upstream": fake.url,
+            **settings,
+        }
+        app = build_app(engine, ProxySettings(**options), sinks=[recorder], tenant_secret=SECRET)
+        try:
+            async with RunningServer(app) as server:
+                yield Proxy(server.url, fake, recorder, engine, app[STATE])
+        finally:
+            if own:
+                engine.close()
+
+    return factory
+
+
+@pytest.fixture
+async def proxy(make_proxy: ProxyFactory) -> AsyncIterator[Proxy]:
+    async with make_proxy() as p:
+        yield p
