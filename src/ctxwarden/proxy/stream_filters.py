@@ -251,6 +251,7 @@ class ResponsesFilter(StreamFilter):
         self._map: dict[int, int] = {}
         self._recall: set[int] = set()
         self._final: tuple[str | None, dict[str, Any]] | None = None
+        self.response_id: str | None = None  # the client sees one response identity
 
     def start_round(self) -> None:
         super().start_round()
@@ -262,7 +263,10 @@ class ResponsesFilter(StreamFilter):
             return [event.raw]
         kind = obj.get("type", "")
         if kind in ("response.created", "response.in_progress", "response.queued"):
-            return [self._emit(obj, event.name)] if self.round == 0 else []
+            if self.round:
+                return []
+            self.response_id = self.response_id or (obj.get("response") or {}).get("id")
+            return [self._emit(obj, event.name)]
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             self._final = (event.name, obj)
             response = obj.get("response") or {}
@@ -303,6 +307,8 @@ class ResponsesFilter(StreamFilter):
         response = dict(obj.get("response") or {})
         if self.round > 0 or self._recall:
             response["output"] = list(self.items)
+        if self.response_id:
+            response["id"] = self.response_id
         return [self._emit({**obj, "response": response}, name)]
 
 

@@ -1,0 +1,178 @@
+"""Server-side recall through the real SDKs: tool offered, calls answered, hidden."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+import orjson
+import pytest
+
+from ctxwarden.errors import ArtifactMissing
+from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall
+from tests.proxy.conftest import KEY_A, KEY_B, Proxy, ProxyFactory
+
+ORIGINAL = "line 1\nline 2 secret-alpha\nline 3 secret-beta\nline 4"
+FINAL = "The answer after recall."
+
+
+def _store(proxy: Proxy, key: str = KEY_A) -> str:
+    return proxy.engine.store.put(proxy.tenant(key), ORIGINAL)
+
+
+def _placeholder(ref: str) -> str:
+    return f"[output elided by ctxwarden: 4 lines; recall {ref}] please summarize"
+
+
+def _script_recall(proxy: Proxy, ref: str, lines: str | None = "2-3") -> None:
+    args = {"ref": ref, **({"lines": lines} if lines else {})}
+    proxy.fake.script(
+        Reply(text="", tool_calls=[ToolCall(RECALL_TOOL_NAME, args, "call_recall_1")]),
+        Reply(text=FINAL),
+    )
+
+
+async def _chat(proxy: Proxy, ref: str, *, stream: bool, key: str = KEY_A, **extra: Any) -> Any:
+    async with openai.AsyncOpenAI(api_key=key, base_url=proxy.openai_url, max_retries=0) as c:
+        messages = [{"role": "user", "content": _placeholder(ref)}]
+        if not stream:
+            r = await c.chat.completions.create(model="gpt-4o", messages=messages, **extra)
+            return r.choices[0]
+        async with c.chat.completions.stream(model="gpt-4o", messages=messages, **extra) as s:
+            return (await s.get_final_completion()).choices[0]
+
+
+def _tool_result_text(body: dict[str, Any]) -> str:
+    return orjson.dumps(body).decode()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_chat_recall_is_answered_and_hidden(proxy: Proxy, stream: bool) -> None:
+    ref = _store(proxy)
+    _script_recall(proxy, ref)
+    choice = await _chat(proxy, ref, stream=stream)
+    assert choice.message.content == FINAL
+    assert not choice.message.tool_calls and choice.finish_reason == "stop"
+    first, second = (r.json() for r in proxy.fake.received[-2:])
+    assert first["tools"][-1]["function"]["name"] == RECALL_TOOL_NAME
+    assert second["messages"][-2]["tool_calls"][0]["id"] == "call_recall_1"
+    assert second["messages"][-1] == {
+        "role": "tool", "tool_call_id": "call_recall_1",
+        "content": "line 2 secret-alpha\nline 3 secret-beta",
+    }  # fmt: skip
+    event = proxy.recorder.last(route="chat")
+    assert event["recall_rounds"] == 1 and event["recall_calls"] == 1 and event["recall_injected"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_messages_recall_is_answered_and_hidden(proxy: Proxy, stream: bool) -> None:
+    ref = _store(proxy)
+    _script_recall(proxy, ref, lines=None)
+    messages = [{"role": "user", "content": _placeholder(ref)}]
+    tools = [{"name": "read", "input_schema": {"type": "object"}}]
+    async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as c:
+        if stream:
+            async with c.messages.stream(
+                model="claude-fake-model", max_tokens=64, messages=messages, tools=tools
+            ) as s:
+                kinds = [e.type async for e in s]
+                message = await s.get_final_message()
+            assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop"
+        else:
+            message = await c.messages.create(
+                model="claude-fake-model", max_tokens=64, messages=messages, tools=tools
+            )
+    assert [b.type for b in message.content] == ["text"]
+    assert message.content[0].type == "text" and message.content[0].text == FINAL
+    assert message.stop_reason == "end_turn"
+    first, second = (r.json() for r in proxy.fake.received[-2:])
+    assert [t["name"] for t in first["tools"]] == ["read", RECALL_TOOL_NAME]
+    result = second["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result" and result["content"] == ORIGINAL
+    assert proxy.recorder.last(route="messages")["recall_rounds"] == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_responses_recall_is_answered_and_hidden(proxy: Proxy, stream: bool) -> None:
+    ref = _store(proxy)
+    _script_recall(proxy, ref)
+    async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as c:
+        if stream:
+            async with c.responses.stream(model="gpt-4o", input=_placeholder(ref)) as s:
+                events = [e async for e in s]
+                response = await s.get_final_response()
+            numbers = [e.sequence_number for e in events]
+            assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+            assert [e.type for e in events].count("response.created") == 1
+        else:
+            response = await c.responses.create(model="gpt-4o", input=_placeholder(ref))
+    assert response.output_text == FINAL
+    assert all(item.type != "function_call" for item in response.output)
+    second = proxy.fake.received[-1].json()
+    outputs = [i for i in second["input"] if i.get("type") == "function_call_output"]
+    assert outputs == [{"type": "function_call_output", "call_id": "call_recall_1",
+                        "output": "line 2 secret-alpha\nline 3 secret-beta"}]  # fmt: skip
+
+
+async def test_tenant_cannot_recall_another_tenants_artifact(proxy: Proxy) -> None:
+    ref = _store(proxy, KEY_A)
+    with pytest.raises(ArtifactMissing):
+        proxy.engine.recall(ref, tenant=proxy.tenant(KEY_B))
+    _script_recall(proxy, ref, lines=None)
+    choice = await _chat(proxy, ref, stream=False, key=KEY_B)
+    assert choice.message.content == FINAL
+    second = proxy.fake.received[-1]
+    assert b"secret-alpha" not in second.body
+    assert second.json()["messages"][-1]["content"] == "ctxwarden_recall: no such reference"
+    event = proxy.recorder.last(route="chat")
+    assert event["recall_errors"] == 1
+    assert proxy.tenant(KEY_A) != proxy.tenant(KEY_B)
+    assert KEY_B not in orjson.dumps(proxy.recorder.events).decode()
+
+
+async def test_no_injection_without_refs_in_exact_mode_or_with_clients_own_tool(
+    proxy: Proxy,
+) -> None:
+    ref = _store(proxy)
+    async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as c:
+        await c.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "no references here"}]
+        )
+        assert "tools" not in proxy.fake.received[-1].json()
+        await c.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": _placeholder(ref)}],
+            extra_headers={"x-ctxwarden-mode": "exact"},
+        )  # fmt: skip
+        assert "tools" not in proxy.fake.received[-1].json()
+        own = [{"type": "function", "function": {"name": RECALL_TOOL_NAME, "parameters": {}}}]
+        await c.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": _placeholder(ref)}], tools=own
+        )
+        assert proxy.fake.received[-1].json()["tools"] == own
+
+
+async def test_recall_rounds_are_limited(make_proxy: ProxyFactory) -> None:
+    async with make_proxy(max_recall_rounds=2) as proxy:
+        ref = _store(proxy)
+        call = ToolCall(RECALL_TOOL_NAME, {"ref": ref})
+        proxy.fake.default = Reply(text="still thinking", tool_calls=[call])
+        for stream in (False, True):
+            before = len(proxy.fake.received)
+            choice = await _chat(proxy, ref, stream=stream)
+            assert choice.message.content is not None and "still thinking" in choice.message.content
+            assert not choice.message.tool_calls
+            assert len(proxy.fake.received) - before == 3  # first + 2 continuations
+            assert proxy.recorder.last(route="chat", stream=stream)["recall_rounds"] == 2
+
+
+async def test_recall_next_to_a_client_tool_call_is_stripped_not_answered(proxy: Proxy) -> None:
+    ref = _store(proxy)
+    calls = [ToolCall(RECALL_TOOL_NAME, {"ref": ref}), ToolCall("read", {"path": "a.py"}, "c2")]
+    proxy.fake.script(Reply(text="", tool_calls=calls), Reply(text="", tool_calls=calls))
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+    for stream in (False, True):
+        choice = await _chat(proxy, ref, stream=stream, tools=tools)
+        assert [c.function.name for c in choice.message.tool_calls] == ["read"]
+        assert choice.finish_reason == "tool_calls"
+    assert proxy.recorder.last(route="chat").get("recall_rounds") == 0
