@@ -1,11 +1,131 @@
-"""`ctxwarden replay` commands (being built)."""
+"""``ctxwarden replay``: measure configurations on recorded sessions, or run the scenarios.
+
+Exit status: 0 when everything ran (and, with ``--strict``, every gate and scenario
+passed), 1 when a gate or scenario failed (each one named on stderr), 2 on errors.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ctxwarden.io import bundled_sessions
+from ctxwarden.replay.gates import Gates, check_gates, load_gates
+from ctxwarden.replay.report_html import write_html
+from ctxwarden.replay.report_json import write_json
+from ctxwarden.replay.report_table import print_table
+from ctxwarden.replay.runner import ReplayOptions, run_replay
+from ctxwarden.replay.scenario import bundled_scenarios_dir, run_scenarios
+from ctxwarden.replay.subjects import EngineSubject, load_engine_config
 
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    return None
+    p = sub.add_parser(
+        "replay",
+        help="replay sessions / request logs and compare configurations with baselines",
+        description="Replay recorded sessions (*.json[.gz]) or request logs (*.jsonl[.gz]) "
+        "through each configuration and the baselines exact and mask:N.",
+    )
+    p.add_argument("paths", nargs="*", help="session / log files or directories")
+    p.add_argument("--config", action="append", default=[], help="TOML config (repeatable)")
+    p.add_argument("--preset", action="append", default=[], help="preset name (repeatable)")
+    p.add_argument("--mask", action="append", type=int, help="mask:N baseline (default 10)")
+    p.add_argument("--no-baselines", action="store_true", help="skip exact and mask:N")
+    p.add_argument("--json", metavar="OUT", help="write every figure as JSON")
+    p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a gate fails")
+    p.add_argument("--gates", metavar="FILE", help="TOML with a [gates] table")
+    p.add_argument("--idle-gap", type=float, metavar="S", help="cache expires after S seconds")
+    p.add_argument("--turn-seconds", type=float, metavar="S", help="assumed gap between turns")
+    p.add_argument("--max-sessions", type=int, metavar="N", help="replay the first N only")
+    p.add_argument("--worst", type=int, default=8, metavar="N", help="worst sessions shown")
+    p.add_argument("--trace-memory", action="store_true", help="tracemalloc peak per condense")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--scenarios",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="run the scenario corpus (bundled, or DIR) instead of sessions",
+    )
+    p.set_defaults(handler=_replay)
+
+
+def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
+    configs: list[Any] = []
+    gates: Gates | None = None
+    for path in args.config:
+        config, table = load_engine_config(path)
+        configs.append(EngineSubject(Path(path).stem, config))
+        if table and gates is None:
+            gates = Gates.model_validate(table)
+    configs.extend(f"preset:{name}" for name in args.preset)
+    return configs or ["default"], gates
+
+
+def _scenarios(args: argparse.Namespace, console: Console) -> int:
+    results = run_scenarios(args.scenarios or bundled_scenarios_dir())
+    table = Table(title="ctxwarden replay --scenarios")
+    for column in ("scenario", "requests", "result"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.name, str(r.requests), "ok" if r.passed else f"FAILED ({len(r.failures)})")
+    console.print(table)
+    failed = [f"{r.name}: {f}" for r in results for f in r.failures]
+    for line in failed:
+        print(f"ctxwarden replay: scenario {line}", file=sys.stderr)
+    return 1 if failed and args.strict else 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.scenarios is not None:
+        return _scenarios(args, console)
+    configs, gates = _configs(args)
+    if args.gates:
+        gates = load_gates(args.gates)
+    baselines = [] if args.no_baselines else ["exact", *(f"mask:{n}" for n in args.mask or [10])]
+    paths = args.paths or [str(p) for p in bundled_sessions()]
+    options = ReplayOptions(
+        idle_gap=args.idle_gap,
+        turn_seconds=args.turn_seconds,
+        worst_views=args.worst,
+        trace_memory=args.trace_memory,
+        max_sessions=args.max_sessions,
+    )
+    show = not args.quiet and sys.stderr.isatty()
+    with Progress(
+        TextColumn("replay"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=Console(stderr=True),
+        disable=not show,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=None)
+
+        def progress(done: int, total: int, session: str) -> None:
+            bar.update(task, completed=done, total=total, description=session[-40:])
+
+        result = run_replay(paths, configs, baselines=baselines, options=options, progress=progress)
+    print_table(result, console)
+    if args.json:
+        write_json(result, args.json)
+    if args.html:
+        write_html(result, args.html)
+    if not args.strict:
+        return 0
+    failures = check_gates(result, gates or Gates())
+    for line in failures:
+        print(f"ctxwarden replay: {line}", file=sys.stderr)
+    return 1 if failures else 0

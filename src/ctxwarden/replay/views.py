@@ -8,8 +8,8 @@ violations, then next-action support, critical signals and cache-adjusted saving
 
 A view lists every message item with its text on both sides; texts are cut to
 :data:`MAX_CHARS` (unchanged items to :data:`MAX_UNCHANGED_CHARS`) and a changed
-item records the span that differs (after the common prefix, before the common
-suffix) so the report can highlight it.
+item records ``diff = [start, end_original, end_condensed]``: the span that differs
+(after the common prefix, before the common suffix) so the report can highlight it.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def build_view(featured: Featured) -> dict[str, Any]:
             end = 0
             while end < limit_common - start and ta[-1 - end] == tb[-1 - end]:
                 end += 1
-            row["diff"] = [start, len(tb) - end]
+            row["diff"] = [start, len(ta) - end, len(tb) - end]
         rows.append(row)
     return {
         "turn": featured.turn,

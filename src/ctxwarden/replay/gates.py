@@ -1,0 +1,101 @@
+"""Strict gates: thresholds a replay must meet, read from a ``[gates]`` TOML table.
+
+::
+
+    [gates]
+    min_reduction = 0.20             # total input-token reduction vs exact
+    min_support = 0.95               # total next-action support
+    min_critical = 1.0               # total critical-signal share
+    max_p95_ms = 50                  # p95 condense time
+    max_integrity_violations = 0     # all categories together
+    min_cost_saving = 0.0            # cache-adjusted saving, the worse of both styles
+
+Gates judge every engine configuration of the run (baselines are references, not
+candidates); a run without engine configurations judges every non-``exact``
+subject. Unset gates are not checked, except ``max_integrity_violations``, which is
+0 unless set.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ctxwarden.config import config_error
+from ctxwarden.errors import ConfigError
+from ctxwarden.replay.runner import ReplayResult
+
+__all__ = ["Gates", "check_gates", "load_gates"]
+
+
+class Gates(BaseModel):
+    """The thresholds (see module docstring); unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    min_reduction: float | None = Field(None, ge=-10, le=1, description="Total reduction.")
+    min_support: float | None = Field(None, ge=0, le=1, description="Total support.")
+    min_critical: float | None = Field(None, ge=0, le=1, description="Total critical share.")
+    max_p95_ms: float | None = Field(None, gt=0, description="p95 condense milliseconds.")
+    max_integrity_violations: int = Field(0, ge=0, description="Violations, all categories.")
+    min_cost_saving: float | None = Field(
+        None, ge=-10, le=1, description="Cache-adjusted saving (worse of both styles)."
+    )
+
+
+def load_gates(path: str | Path | None) -> Gates:
+    """The ``[gates]`` table of a TOML file (a file holding only gates is fine too)."""
+    if path is None:
+        return Gates()
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("file not found", str(p)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", str(p)) from exc
+    table: Any = data.get("gates", {})
+    if not isinstance(table, dict):
+        raise ConfigError("must be a table", "gates")
+    try:
+        return Gates.model_validate(table)
+    except ValidationError as exc:
+        raise config_error(exc, "gates") from exc
+
+
+def _judged(result: ReplayResult) -> list[Any]:
+    engines = [s for s in result.subjects if s.kind == "engine"]
+    return engines or [s for s in result.subjects if s.name != "exact"]
+
+
+def check_gates(result: ReplayResult, gates: Gates) -> list[str]:
+    """One message per failed gate and configuration (empty: every gate passed)."""
+    failures: list[str] = []
+    for subject in _judged(result):
+        a = subject.aggregate()
+        saving = [a["cost"][s]["total"] for s in ("openai", "anthropic")]
+        worst_saving = None if None in saving else min(saving)
+        checks: list[tuple[str, float | None, float | None, bool]] = [
+            ("min_reduction", gates.min_reduction, a["reduction"]["total"], True),
+            ("min_support", gates.min_support, a["support"]["total"], True),
+            ("min_critical", gates.min_critical, a["critical"]["total"], True),
+            ("max_p95_ms", gates.max_p95_ms, a["overhead"]["p95_ms"], False),
+            (
+                "max_integrity_violations",
+                gates.max_integrity_violations,
+                a["violations"]["total"],
+                False,
+            ),
+            ("min_cost_saving", gates.min_cost_saving, worst_saving, True),
+        ]
+        for name, limit, value, is_min in checks:
+            if limit is None or value is None:
+                continue
+            if (value < limit) if is_min else (value > limit):
+                sign = ">=" if is_min else "<="
+                failures.append(
+                    f"{subject.name}: gate {name} failed: {value:.4g} (needs {sign} {limit:g})"
+                )
+    return failures
