@@ -32,12 +32,14 @@ async def test_messages_create_async(proxy: Proxy) -> None:
 
 
 async def test_messages_stream_async_events_in_order(proxy: Proxy) -> None:
-    async with _client(proxy) as client:
-        async with client.messages.stream(
+    async with (
+        _client(proxy) as client,
+        client.messages.stream(
             model="claude-fake-model", max_tokens=64, messages=MESSAGES
-        ) as stream:
-            kinds = [event.type async for event in stream]
-            final = await stream.get_final_message()
+        ) as stream,
+    ):
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_message()
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     assert final.content[0].type == "text" and final.content[0].text == TEXT
     assert final.stop_reason == "end_turn"
@@ -75,9 +77,10 @@ async def test_count_tokens_async_and_models_go_to_anthropic_shape(proxy: Proxy)
 async def test_old_style_x_api_key_header_works_and_is_forwarded(proxy: Proxy) -> None:
     headers = {"x-api-key": KEY_A, "anthropic-version": "2023-06-01"}
     body = {"model": "claude-x", "max_tokens": 16, "messages": MESSAGES}
-    async with aiohttp.ClientSession() as session, session.post(
-        proxy.url + "/v1/messages", json=body, headers=headers
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(proxy.url + "/v1/messages", json=body, headers=headers) as resp,
+    ):
         data = await resp.json()
     assert resp.status == 200 and data["content"][0]["text"] == TEXT
     received = proxy.fake.received[-1].headers

@@ -44,9 +44,13 @@ async def test_chat_stream_async_yields_every_chunk_in_order(proxy: Proxy) -> No
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == TEXT
     assert chunks[-1].usage is not None and chunks[-1].choices == []
-    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finish == ["stop"]
-    assert proxy.recorder.last(route="chat")["usage_prompt_tokens"] == chunks[-1].usage.prompt_tokens
+    assert (
+        proxy.recorder.last(route="chat")["usage_prompt_tokens"] == chunks[-1].usage.prompt_tokens
+    )
 
 
 async def test_chat_sync_client_create_and_stream_helper(proxy: Proxy) -> None:
@@ -64,12 +68,18 @@ async def test_chat_sync_client_create_and_stream_helper(proxy: Proxy) -> None:
 async def test_exact_mode_header_forwards_the_original_bytes(proxy: Proxy) -> None:
     # an unusual but valid serialization: key order, spacing and escapes must survive
     raw = b'{ "messages":[{"content":"h\\u00e9llo  ","role":"user"}],\n "model":"gpt-4o" }'
-    async with aiohttp.ClientSession() as session, session.post(
-        proxy.openai_url + "/chat/completions",
-        data=raw,
-        headers={"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json",
-                 "x-ctxwarden-mode": "exact"},
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            proxy.openai_url + "/chat/completions",
+            data=raw,
+            headers={
+                "Authorization": f"Bearer {KEY_A}",
+                "Content-Type": "application/json",
+                "x-ctxwarden-mode": "exact",
+            },
+        ) as resp,
+    ):
         assert resp.status == 200
         body = await resp.json()
     assert proxy.fake.received[-1].body == raw
@@ -91,9 +101,9 @@ async def test_sdk_request_in_exact_mode_arrives_byte_identical(proxy: Proxy) ->
 async def test_responses_create_and_stream_async(proxy: Proxy) -> None:
     async with _async(proxy) as client:
         created = await client.responses.create(model="gpt-4o", input="hi", instructions="x")
-        events = [e async for e in await client.responses.create(
-            model="gpt-4o", input="hi", stream=True
-        )]
+        events = [
+            e async for e in await client.responses.create(model="gpt-4o", input="hi", stream=True)
+        ]
     assert created.output_text == TEXT
     types = [e.type for e in events]
     assert types[0] == "response.created" and types[-1] == "response.completed"
@@ -106,9 +116,11 @@ async def test_responses_create_and_stream_async(proxy: Proxy) -> None:
 
 async def test_responses_sync_stream_helper(proxy: Proxy) -> None:
     def run() -> str:
-        with openai.OpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as client:
-            with client.responses.stream(model="gpt-4o", input="hi") as stream:
-                return stream.get_final_response().output_text
+        with (
+            openai.OpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as client,
+            client.responses.stream(model="gpt-4o", input="hi") as stream,
+        ):
+            return stream.get_final_response().output_text
 
     assert await asyncio.to_thread(run) == TEXT
 

@@ -1,0 +1,100 @@
+"""``ctxwarden serve`` and ``fake-upstream``: flags, environment, a real process."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from ctxwarden.cli import build_parser
+from ctxwarden.cli.serve import settings_from_args
+from ctxwarden.errors import ConfigError
+from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["serve", *argv])
+
+
+def test_flags_win_over_environment_and_defaults(tmp_path: Path) -> None:
+    env = {"CTXWARDEN_PORT": "9999", "CTXWARDEN_MODE": "shadow",
+           "CTXWARDEN_CANARY_PERCENT": "10", "CTXWARDEN_OPENAI_UPSTREAM": "http://e:1"}  # fmt: skip
+    settings, config, _ = settings_from_args(
+        _args("--port", "1234", "--data-dir", str(tmp_path), "--admin-token", "t" * 20), env
+    )
+    assert settings.port == 1234 and settings.mode == "shadow"
+    assert settings.canary_percent == 10.0 and settings.openai_upstream == "http://e:1"
+    assert settings.anthropic_upstream == "https://api.anthropic.com"
+    assert settings.host == "127.0.0.1" and config.data_dir == str(tmp_path)
+    with pytest.raises(ConfigError, match="canary_percent"):
+        settings_from_args(_args("--canary-percent", "150"), {})
+    with pytest.raises(ConfigError, match="admin_token"):
+        settings_from_args(_args("--admin-token", "short"), {})
+
+
+def test_tenant_secret_is_stable_private_and_keys_never_contain_the_credential(
+    tmp_path: Path,
+) -> None:
+    secret = load_or_create_secret(tmp_path)
+    assert load_or_create_secret(tmp_path) == secret
+    assert (tmp_path / "proxy.secret").stat().st_mode & 0o777 == 0o600
+    key = TenantKeys(secret).for_credential("sk-abc")
+    assert key.startswith("t-") and "sk-abc" not in key
+    assert TenantKeys(b"another-secret-0123456789").for_credential("sk-abc") != key
+    assert TenantKeys(secret).for_headers({}) == "t-anonymous"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(url: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=0.5).status_code < 500:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not come up")
+
+
+def test_serve_against_fake_upstream_processes(tmp_path: Path) -> None:
+    fake_port, proxy_port = _free_port(), _free_port()
+    exe = [sys.executable, "-m", "ctxwarden"]
+    env = {**os.environ, "CTXWARDEN_OPENAI_UPSTREAM": f"http://127.0.0.1:{fake_port}",
+           "CTXWARDEN_ANTHROPIC_UPSTREAM": f"http://127.0.0.1:{fake_port}"}  # fmt: skip
+    fake = subprocess.Popen([*exe, "fake-upstream", "--port", str(fake_port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proxy = subprocess.Popen(
+        [*exe, "serve", "--port", str(proxy_port), "--data-dir", str(tmp_path)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _wait(f"http://127.0.0.1:{proxy_port}/healthz")
+        _wait(f"http://127.0.0.1:{fake_port}/v1/models")
+        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+        r = httpx.post(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", json=body,
+                       headers={"Authorization": "Bearer sk-cli"}, timeout=10)  # fmt: skip
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["message"]["content"] == "Hello from the fake upstream."
+        metrics = httpx.get(f"http://127.0.0.1:{proxy_port}/metrics", timeout=5).text
+        assert 'route="chat",status="200"' in metrics
+    finally:
+        for process in (proxy, fake):
+            process.send_signal(signal.SIGINT if process is fake else signal.SIGTERM)
+        _, proxy_err = proxy.communicate(timeout=15)
+        fake.communicate(timeout=15)
+    assert proxy.returncode == 0 and fake.returncode == 0
+    log_lines = [line for line in proxy_err.decode().splitlines() if '"route":"chat"' in line]
+    assert len(log_lines) == 1 and "sk-cli" not in proxy_err.decode()

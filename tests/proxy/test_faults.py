@@ -1,0 +1,184 @@
+"""Faults: upstream down / slow / erroring, bad client input, disconnects, store down."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+import aiohttp
+import anthropic
+import openai
+import orjson
+import pytest
+
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.errors import StoreError
+from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+
+CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers=headers or AUTH) as resp,
+    ):
+        return resp.status, await resp.json(content_type=None)
+
+
+async def test_upstream_down_is_502_in_each_apis_shape(make_proxy: ProxyFactory) -> None:
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    async with make_proxy(openai_upstream=dead, anthropic_upstream=dead) as proxy:
+        async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
+                                      max_retries=0) as client:  # fmt: skip
+            with pytest.raises(openai.APIStatusError) as oe:
+                await client.chat.completions.create(**CHAT)  # type: ignore[call-overload]
+        assert oe.value.status_code == 502
+        assert oe.value.body["type"] == "upstream_error"  # type: ignore[index]
+        async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url,
+                                            max_retries=0) as ac:  # fmt: skip
+            with pytest.raises(anthropic.APIStatusError) as ae:
+                await ac.messages.create(model="claude-x", max_tokens=8,
+                                         messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        assert ae.value.status_code == 502
+        message = "upstream unavailable: ClientConnectorError"
+        assert ae.value.body == {
+            "type": "error",
+            "error": {"type": "api_error", "message": message},
+        }
+        assert proxy.recorder.last(route="chat")["status"] == 502
+
+
+async def test_slow_upstream_is_504(make_proxy: ProxyFactory) -> None:
+    async with make_proxy(read_timeout=0.2) as proxy:
+        proxy.fake.script(Reply(delay=2.0))
+        status, body = await _post(proxy.openai_url + "/chat/completions", orjson.dumps(CHAT))
+        assert status == 504 and body["error"]["type"] == "timeout"
+        assert proxy.recorder.last(route="chat")["error_type"] == "UpstreamTimeout"
+
+
+@pytest.mark.parametrize("status", [400, 401, 429, 500, 503])
+async def test_upstream_errors_pass_through_unchanged(proxy: Proxy, status: int) -> None:
+    proxy.fake.script(Reply(status=status, error=f"scripted {status}"))
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            proxy.openai_url + "/chat/completions", data=orjson.dumps(CHAT), headers=AUTH
+        ) as resp,
+    ):
+        body = await resp.read()
+        assert resp.headers["x-fake-upstream"] == "error"
+    assert resp.status == status
+    assert orjson.loads(body)["error"]["message"] == f"scripted {status}"
+
+
+async def test_malformed_json_is_400_naming_the_path(proxy: Proxy) -> None:
+    url = proxy.openai_url + "/chat/completions"
+    status, body = await _post(url, b'{"model": "gpt-4o", "messages": [')
+    assert status == 400 and "not valid JSON" in body["error"]["message"]
+    bad = {"model": "gpt-4o", "messages": [{"role": "user", "content": "a"}, {"role": 7}]}
+    status, body = await _post(url, orjson.dumps(bad))
+    assert status == 400 and body["error"]["param"].startswith("/messages/1")
+    headers = {"x-api-key": KEY_A, "anthropic-version": "2023-06-01",
+               "Content-Type": "application/json"}  # fmt: skip
+    status, body = await _post(proxy.url + "/v1/messages", b"[1, 2]", headers)
+    assert status == 400 and body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert len(proxy.fake.received) == 0  # nothing malformed went upstream
+
+
+async def test_body_too_large_is_413(make_proxy: ProxyFactory) -> None:
+    async with make_proxy(max_body_bytes=10_000) as proxy:
+        big = {**CHAT, "messages": [{"role": "user", "content": "x" * 20_000}]}
+        status, body = await _post(proxy.openai_url + "/chat/completions", orjson.dumps(big))
+        assert status == 413 and "10000 bytes" in body["error"]["message"]
+        status, _ = await _post(proxy.openai_url + "/files", b"y" * 20_000)
+        assert status == 413
+        assert proxy.fake.received == []
+
+
+async def test_client_disconnect_mid_stream_cancels_upstream(proxy: Proxy) -> None:
+    proxy.fake.script(Reply(text=" ".join(["word"] * 200), chunk_delay=0.02))
+    body = orjson.dumps({**CHAT, "stream": True})
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(proxy.openai_url + "/chat/completions", data=body, headers=AUTH)
+        first = await resp.content.readany()
+        assert first.startswith(b"data: ")
+        resp.close()  # drop the connection mid-stream
+    for _ in range(100):
+        if proxy.fake.received[-1].cancelled:
+            break
+        await asyncio.sleep(0.02)
+    assert proxy.fake.received[-1].cancelled and not proxy.fake.received[-1].finished
+    for _ in range(50):
+        if proxy.recorder.events:
+            break
+        await asyncio.sleep(0.02)
+    assert proxy.recorder.last(route="chat")["client_disconnected"] is True
+
+
+class BrokenStore:
+    """A store whose every call fails the way an unreachable backend does."""
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise StoreError("store unreachable")
+
+        return fail
+
+
+async def test_store_unavailable_passes_through_and_logs_an_error(
+    make_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = Engine(EngineConfig(store={"backend": "memory"}), store=BrokenStore())  # type: ignore[arg-type]
+    async with make_proxy(engine) as proxy:
+        original = engine.condense
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            raise StoreError("store unreachable")
+
+        engine.condense = failing  # type: ignore[method-assign]
+        with caplog.at_level(logging.INFO, logger="ctxwarden"):
+            status, body = await _post(proxy.openai_url + "/chat/completions", orjson.dumps(CHAT))
+        assert status == 200 and body["choices"][0]["message"]["content"]
+        assert proxy.fake.received[-1].body == orjson.dumps(CHAT)
+        event = proxy.recorder.last(route="chat")
+        assert event["level"] == "error" and event["fallback_reason"] == "proxy: StoreError"
+        assert any(r.levelno == logging.ERROR and r.name == "ctxwarden.requests"
+                   for r in caplog.records)  # fmt: skip
+        engine.condense = original  # type: ignore[method-assign]
+        # recall against a dead store: the model gets a readable error, the client an answer
+        ref = "cw:0123456789ab"
+        proxy.fake.script(Reply(text="", tool_calls=[ToolCall(RECALL_TOOL_NAME, {"ref": ref})]))
+        req = {**CHAT, "messages": [{"role": "user", "content": f"see {ref}"}]}
+        status, body = await _post(proxy.openai_url + "/chat/completions", orjson.dumps(req))
+        assert status == 200
+        tool_msg = proxy.fake.received[-1].json()["messages"][-1]
+        assert tool_msg["content"] == "ctxwarden_recall: the store is unavailable"
+        assert proxy.recorder.last(route="chat")["level"] == "error"
+        async with aiohttp.ClientSession() as session, session.get(proxy.url + "/readyz") as r:
+            assert r.status == 503 and "store" in (await r.json())["problems"]
+
+
+async def test_burst_of_bad_requests_then_a_good_one(make_proxy: ProxyFactory) -> None:
+    async with make_proxy(max_body_bytes=50_000) as proxy:
+        url = proxy.openai_url + "/chat/completions"
+        bad: list[bytes] = [b"", b"{", b"null", b"[]", b'{"messages": 5}', b"\xff\xfe",
+                            orjson.dumps({"model": 1, "messages": [{"role": None}]}),
+                            b"x" * 60_000, orjson.dumps({"model": "m", "input": [{}]})]  # fmt: skip
+        results = await asyncio.gather(*(_post(url, b) for b in bad * 5))
+        assert all(400 <= status < 500 for status, _ in results)
+        status, body = await _post(url, orjson.dumps(CHAT))
+        assert status == 200 and body["choices"][0]["message"]["content"]
+        async with aiohttp.ClientSession() as session, session.get(proxy.url + "/healthz") as r:
+            assert r.status == 200

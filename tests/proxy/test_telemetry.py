@@ -1,0 +1,111 @@
+"""The log line, /metrics, /healthz and /readyz, and the public surface."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import aiohttp
+import openai
+import orjson
+
+import ctxwarden.proxy
+import ctxwarden.telemetry
+from ctxwarden.telemetry import EVENT_FIELDS, JsonFormatter, LogSink, MetricsSink, ProxyMetrics
+from tests.proxy.conftest import KEY_A, Proxy
+
+SECRET_TEXT = "do-not-log-this-message-content"
+
+
+async def _chat(proxy: Proxy) -> None:
+    async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as c:
+        await c.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": SECRET_TEXT}],
+            extra_headers={"x-ctxwarden-session": "my-session-name"},
+        )  # fmt: skip
+
+
+async def test_one_json_log_line_without_contents_or_secrets(proxy: Proxy) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("ctxwarden.requests")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        await _chat(proxy)
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    line = orjson.loads(lines[0])
+    assert line["route"] == "chat" and line["status"] == 200 and line["level"] == "info"
+    for key in ("tokens_before", "tokens_after", "bytes_before", "bytes_after", "overhead_ms",
+                "upstream_ms", "band", "usage_prompt_tokens", "rollout_reason"):  # fmt: skip
+        assert key in line
+    text = lines[0]
+    assert SECRET_TEXT not in text and KEY_A not in text and "my-session-name" not in text
+    assert set(proxy.recorder.events[-1]) <= EVENT_FIELDS
+
+
+async def test_metrics_health_and_ready(proxy: Proxy) -> None:
+    await _chat(proxy)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proxy.url + "/metrics") as r:
+            text = await r.text()
+        async with s.get(proxy.url + "/healthz") as r:
+            assert r.status == 200
+        async with s.get(proxy.url + "/readyz") as r:
+            assert r.status == 200 and (await r.json())["status"] == "ready"
+    assert 'ctxwarden_requests_total{mode="active",route="chat",status="200"} 1.0' in text
+    assert "ctxwarden_overhead_seconds_bucket" in text
+    assert 'ctxwarden_upstream_prompt_tokens_total{route="chat"}' in text
+    assert SECRET_TEXT not in text and KEY_A not in text
+    assert len(proxy.fake.received) == 1  # operational endpoints are not forwarded
+
+
+def test_metrics_sink_counts_savings_fallbacks_and_recall_rounds() -> None:
+    metrics = ProxyMetrics()
+    sink = MetricsSink(metrics)
+    sink.emit({"route": "chat", "mode": "active", "status": 200, "tokens_before": 100,
+               "tokens_saved": 40, "recall_rounds": 2, "overhead_ms": 3.0, "upstream_ms": 9.0,
+               "fallback_reason": "StoreError"})  # fmt: skip
+    r = metrics.registry
+    assert r.get_sample_value("ctxwarden_tokens_saved_total", {"route": "chat"}) == 40
+    assert r.get_sample_value("ctxwarden_recall_rounds_total", {"route": "chat"}) == 2
+    assert r.get_sample_value("ctxwarden_fallbacks_total", {"route": "chat", "kind": "store"}) == 1
+    assert ProxyMetrics().registry is not r  # one registry per app
+
+
+def test_log_sink_levels_and_formatter_drop_exception_text() -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("ctxwarden.test-sink")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        LogSink(logger).emit({"route": "chat", "level": "error"})
+        try:
+            raise ValueError(SECRET_TEXT)
+        except ValueError:
+            logger.exception("boom")
+    finally:
+        logger.removeHandler(handler)
+    first, second = (orjson.loads(x) for x in stream.getvalue().splitlines())
+    assert first["level"] == "error" and first["route"] == "chat"
+    assert second["exc_type"] == "ValueError" and SECRET_TEXT not in stream.getvalue()
+
+
+def test_exported_names() -> None:
+    assert set(ctxwarden.proxy.__all__) == {
+        "ADMIN_PATH", "RECALL_TOOL_NAME", "FakeUpstream", "KillSwitch", "ProxySettings",
+        "Received", "Reply", "RunningServer", "TenantKeys", "ToolCall", "build_app",
+        "canary_bucket", "serve_forever",
+    }  # fmt: skip
+    assert set(ctxwarden.telemetry.__all__) == {
+        "CONTENT_TYPE_LATEST", "EVENT_FIELDS", "Fanout", "JsonFormatter", "LogSink",
+        "MemoryRecorder", "MetricsSink", "ProxyMetrics", "Sink", "configure_json_logging",
+    }  # fmt: skip
+    for name in ctxwarden.proxy.__all__:
+        assert getattr(ctxwarden.proxy, name) is not None
