@@ -131,7 +131,8 @@ class Engine:
         info = self.registry.lookup(conversation.model)
         counter = self.counter_for(info)
         budget = self.budget_for(conversation.model)
-        tokens_before = counter.count_conversation(conversation)
+        element_tokens = counter.element_tokens(conversation)
+        tokens_before = sum(element_tokens)
         session_key = session or derive_session_key(conversation)
         report: dict[str, Any] = {
             "api": api,
@@ -168,6 +169,7 @@ class Engine:
                 session=session_key,
                 tenant=tenant,
                 pricing=self.registry.pricing_for(info, self.config.budget.style),
+                element_tokens=element_tokens,
             )
             rendered = self._render_checked(conversation, outcome, adapter.render)
         except MalformedRequest:
@@ -181,10 +183,10 @@ class Engine:
             return CondenseResult(dict(request), report)
         report.update(outcome.report)
         if outcome.conversation is not conversation and rendered is not None:
-            tokens_after = counter.count_conversation(outcome.conversation)
-            report.update(rewritten=True, tokens_after=tokens_after)
+            report["rewritten"] = True
             result_request = rendered
         else:
+            report["tokens_after"] = tokens_before
             result_request = dict(request)
         report["pressure_after"] = round(budget.pressure(report["tokens_after"]), 4)
         report["band_after"] = budget.band(report["tokens_after"])

@@ -14,6 +14,7 @@ Rules (first match wins):
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypeVar
 
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
@@ -48,17 +49,24 @@ def protected_message_indexes(conversation: Conversation) -> frozenset[int]:
     return frozenset(protected)
 
 
+P = TypeVar("P", TextPart, MediaPart, OpaquePart, ToolCallPart, ToolResultPart, ReasoningPart)
+
+
+def _with(part: P, safety: SafetyClass) -> P:
+    return part if part.safety is safety else replace(part, safety=safety)
+
+
 def _natural(part: ContentPart, in_tool_result: bool, seen: set[str]) -> ContentPart:
     if isinstance(part, TextPart):
         if not in_tool_result:
-            return replace(part, safety=SafetyClass.LOSSLESS_TRANSFORMABLE)
+            return _with(part, SafetyClass.LOSSLESS_TRANSFORMABLE)
         if part.text in seen and part.text:
-            return replace(part, safety=SafetyClass.DROPPABLE_DUPLICATE)
+            return _with(part, SafetyClass.DROPPABLE_DUPLICATE)
         seen.add(part.text)
-        return replace(part, safety=SafetyClass.CONDENSABLE)
+        return _with(part, SafetyClass.CONDENSABLE)
     if isinstance(part, MediaPart):
-        return replace(part, safety=SafetyClass.REHYDRATABLE_EXACT)
-    return replace(part, safety=SafetyClass.PROTOCOL_EXACT)
+        return _with(part, SafetyClass.REHYDRATABLE_EXACT)
+    return _with(part, SafetyClass.PROTOCOL_EXACT)
 
 
 def _classify_part(part: Part, exact: bool, seen: set[str]) -> Part:
@@ -73,11 +81,15 @@ def _classify_part(part: Part, exact: bool, seen: set[str]) -> Part:
         return replace(part, safety=SafetyClass.CRITICAL_EXACT)
     if isinstance(part, ToolResultPart):
         content = tuple(_natural(p, True, seen) for p in part.content)
+        if all(a is b for a, b in zip(content, part.content, strict=True)):
+            return _with(part, SafetyClass.CONDENSABLE)
         return replace(part, content=content, safety=SafetyClass.CONDENSABLE)
-    if isinstance(part, ToolCallPart | OpaquePart):
-        return replace(part, safety=SafetyClass.PROTOCOL_EXACT)
+    if isinstance(part, ToolCallPart):
+        return _with(part, SafetyClass.PROTOCOL_EXACT)
+    if isinstance(part, OpaquePart):
+        return _with(part, SafetyClass.PROTOCOL_EXACT)
     if isinstance(part, ReasoningPart):
-        return replace(part, safety=SafetyClass.CONTINUATION_EXACT)
+        return _with(part, SafetyClass.CONTINUATION_EXACT)
     return _natural(part, False, seen)
 
 
@@ -89,6 +101,7 @@ def classify(conversation: Conversation) -> Conversation:
     for i, message in enumerate(conversation.messages):
         exact = i in protected
         parts = tuple(_classify_part(p, exact, seen) for p in message.parts)
-        messages.append(replace(message, parts=parts))
+        same = all(a is b for a, b in zip(parts, message.parts, strict=True))
+        messages.append(message if same else replace(message, parts=parts))
     system = tuple(_classify_part(p, True, seen) for p in conversation.system)
     return replace(conversation, messages=tuple(messages), system=system)

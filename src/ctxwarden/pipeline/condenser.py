@@ -1,14 +1,41 @@
-"""Plans and runs the condensation passes for one request of one session."""
+"""Plans and runs the condensation passes for one request of one session.
+
+Cache-aware and deterministic:
+
+1. The session's state (from the store) holds every replacement adopted so far. They
+   are re-applied first ("frozen"), so between compaction steps the condensed request
+   for turn t+1 extends the one sent for turn t and the provider's prompt cache hits.
+2. The passes propose new replacements for eligible segments (lossless first).
+3. A compaction step adopts the new replacements from some message onward, chosen by a
+   prompt-cache cost model: the step must save at least the floor, its expected saving
+   over the coming turns must outweigh the cache rewrite, and it may not push the
+   session's cost above exact by more than ``max_session_deficit``. When the pressure
+   band reaches the soft or hard trigger a step is forced.
+4. Each adopted replacement's originals are stored and read back; a failure rolls that
+   segment back alone. Frozen replacements whose artifact went missing are restored.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
+
 from ctxwarden.config import EngineConfig
-from ctxwarden.model.conversation import Conversation
+from ctxwarden.errors import json_pointer
+from ctxwarden.model.conversation import Conversation, Message
+from ctxwarden.model.parts import Part, Path, TextPart, ToolResultPart
+from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
+from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
+from ctxwarden.pipeline.presets import PipelineConfig, build_passes, resolve_pipeline
+from ctxwarden.pipeline.segments import SegmentView, segment_view
+from ctxwarden.pipeline.state import Decision, SessionState
+from ctxwarden.signals import error_lines
 from ctxwarden.store.base import Store
-from ctxwarden.tokens.budget import Budget
+from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import CachePricing
 
@@ -23,13 +50,33 @@ class CondenseOutcome:
     report: dict[str, Any] = field(default_factory=dict)
 
 
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def _element_hashes(conversation: Conversation) -> list[str]:
+    wire = conversation.wire
+    head = [wire.get("system"), wire.get("instructions"), wire.get("tools")]
+    hashes = [_digest(orjson.dumps(head))]
+    key = conversation.messages_key
+    items = wire.get(key)
+    if isinstance(items, list):
+        hashes.extend(_digest(orjson.dumps(m)) for m in items)
+    elif items is not None:
+        hashes.append(_digest(orjson.dumps(items)))
+    return hashes
+
+
 class Condenser:
-    """Runs the configured pipeline (pass-through until passes are configured)."""
+    """Runs the configured pipeline under the planner (see module doc)."""
 
     def __init__(self, config: EngineConfig, store: Store) -> None:
-        self.config = config
+        self.pipeline: PipelineConfig = resolve_pipeline(config.preset, config.pipeline)
+        self.passes = build_passes(self.pipeline)
         self.store = store
+        self._verified: set[tuple[str, str]] = set()
 
+    # -- the whole request -------------------------------------------------------------
     def run(
         self,
         conversation: Conversation,
@@ -39,5 +86,378 @@ class Condenser:
         session: str,
         tenant: str,
         pricing: CachePricing,
+        element_tokens: list[int],
     ) -> CondenseOutcome:
-        return CondenseOutcome(conversation)
+        """Condense ``conversation``; ``element_tokens`` are its per-element counts."""
+        state = SessionState.decode(self.store.get_state(tenant, session))
+        view = segment_view(conversation, counter, self.pipeline)
+        exact_hashes = _element_hashes(conversation)
+        exact_tokens = element_tokens
+        report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
+
+        frozen = self._frozen(state, view, exact_hashes, tenant, report)
+        frozen_saved = sum(self._saved(view, p, r, counter) for p, r in frozen.items())
+        frozen_total = sum(exact_tokens) - frozen_saved
+        band = budget.band(frozen_total)
+        forced = band in ("soft", "hard")
+        target = max(0, frozen_total - int(0.8 * budget.soft_trigger)) if forced else None
+
+        new = self._propose(view, frozen, counter, band, target)
+        if forced and frozen_total - self._total_saving(view, new, counter) >= budget.soft_trigger:
+            relaxed = replace(view, recent=frozenset(), relevant=frozenset())
+            new.update(self._propose(relaxed, {**frozen, **new}, counter, band, None))
+
+        adopted = new if forced else self._choose_step(
+            view, frozen, new, counter, state, exact_hashes, exact_tokens, pricing
+        )
+        adopted = self._commit(view, adopted, frozen, tenant, report)
+        applied = {**frozen, **adopted}
+        result = _apply(conversation, applied) if applied else conversation
+
+        sent_hashes, sent_tokens = self._sent_elements(
+            exact_hashes, exact_tokens, view, applied, counter
+        )
+        prev_sent = state.sent_hashes
+        report["compaction_step"] = bool(prev_sent) and (
+            common_prefix(prev_sent, sent_hashes) < len(prev_sent)
+        )
+        self._update_ledger(state, exact_hashes, exact_tokens, sent_hashes, sent_tokens, pricing)
+        state.exact_hashes, state.exact_tokens = exact_hashes, exact_tokens
+        state.sent_hashes, state.sent_tokens = sent_hashes, sent_tokens
+        state.decisions = {
+            json_pointer(p): Decision(
+                text=r.text,
+                transform=r.transform,
+                original_ref=ref_for(view_text(view, p)),
+                refs=list(r.refs),
+                saved=self._saved(view, p, r, counter),
+            )
+            for p, r in applied.items()
+        }
+        state.turns += 1
+        state.steps += int(bool(adopted))
+        self.store.put_state(tenant, session, state.encode())
+
+        report.update(self._counters(view, applied, adopted, counter, forced, state))
+        report["tokens_after"] = sum(sent_tokens)
+        return CondenseOutcome(result, report)
+
+    # -- pieces ------------------------------------------------------------------------
+    @staticmethod
+    def _saved(view: SegmentView, path: Path, r: Replacement, counter: TokenCounter) -> int:
+        segment = _segment(view, path)
+        return segment.tokens - counter.count_text(r.text) if segment else 0
+
+    def _total_saving(
+        self, view: SegmentView, reps: dict[Path, Replacement], counter: TokenCounter
+    ) -> int:
+        return sum(self._saved(view, p, r, counter) for p, r in reps.items())
+
+    def _frozen(
+        self,
+        state: SessionState,
+        view: SegmentView,
+        exact_hashes: list[str],
+        tenant: str,
+        report: dict[str, Any],
+    ) -> dict[Path, Replacement]:
+        if not state.decisions:
+            return {}
+        common = common_prefix(state.exact_hashes, exact_hashes)
+        by_key = {json_pointer(s.path): s for s in view.segments}
+        frozen: dict[Path, Replacement] = {}
+        for key, decision in state.decisions.items():
+            segment = by_key.get(key)
+            if segment is None or segment.path not in view.eligible:
+                continue
+            unchanged = segment.message_index + 1 < common
+            if not unchanged and ref_for(segment.text) != decision.original_ref:
+                continue
+            if not all(self._resolves(tenant, ref) for ref in decision.refs):
+                report["segment_failures"] += 1
+                continue
+            frozen[segment.path] = Replacement(
+                decision.text, decision.transform, originals=()
+            )
+        return frozen
+
+    def _resolves(self, tenant: str, ref: str) -> bool:
+        if (tenant, ref) in self._verified:
+            return True
+        if self.store.has(tenant, ref):
+            self._verified.add((tenant, ref))
+            return True
+        return False
+
+    def _propose(
+        self,
+        view: SegmentView,
+        decided_before: dict[Path, Replacement],
+        counter: TokenCounter,
+        band: str,
+        target: int | None,
+    ) -> dict[Path, Replacement]:
+        ctx = PassContext(
+            segments=view.segments,
+            eligible=view.eligible,
+            recent=view.recent,
+            relevant=view.relevant,
+            counter=counter,
+            tokens_to_save=target,
+        )
+        decided = dict(decided_before)
+        new: dict[Path, Replacement] = {}
+        saved = 0
+        for pass_ in self.passes:
+            settings = getattr(self.pipeline, pass_.name)
+            if settings.min_band and BANDS.index(band) < BANDS.index(settings.min_band):
+                continue
+            for path, rep in pass_(ctx, decided).items():
+                gain = self._saved(view, path, rep, counter)
+                if gain > 0:
+                    decided[path] = new[path] = rep
+                    saved += gain
+            if target is not None and saved >= target:
+                break
+        return new
+
+    def _choose_step(
+        self,
+        view: SegmentView,
+        frozen: dict[Path, Replacement],
+        new: dict[Path, Replacement],
+        counter: TokenCounter,
+        state: SessionState,
+        exact_hashes: list[str],
+        exact_tokens: list[int],
+        pricing: CachePricing,
+    ) -> dict[Path, Replacement]:
+        """The new replacements from the most profitable cut point, or none."""
+        if not new:
+            return {}
+        planner = self.pipeline.planner
+        by_message: dict[int, int] = defaultdict(int)
+        for path, rep in new.items():
+            segment = _segment(view, path)
+            if segment:
+                by_message[segment.message_index] += self._saved(view, path, rep, counter)
+        frozen_hashes, frozen_tokens = self._sent_elements(
+            exact_hashes, exact_tokens, view, frozen, counter
+        )
+        sums = prefix_sums(frozen_tokens)
+        total = sums[-1]
+        floor = max(planner.floor_tokens, planner.floor_ratio * total)
+        prefix = common_prefix(state.sent_hashes, frozen_hashes)
+        expected = min(
+            planner.max_expected_turns,
+            max(planner.min_expected_turns, planner.lindy_factor * state.turns),
+        )
+        exact_prefix = common_prefix(state.exact_hashes, exact_hashes)
+        styles = price_styles(planner.price_style, pricing)
+        best_cut, best_net = None, 0.0
+        saving = 0
+        for message_index in sorted(by_message, reverse=True):
+            saving += by_message[message_index]
+            if saving < floor:
+                continue
+            element = message_index + 1
+            worst = float("inf")
+            for style in styles:
+                frozen_cost = request_cost(total, sums[prefix], style)
+                step_cost = request_cost(total - saving, sums[min(element, prefix)], style)
+                extra = step_cost - frozen_cost
+                net = style.read * saving * expected - extra
+                exact_cost = request_cost(sum(exact_tokens), _prefix_tokens(
+                    exact_tokens, exact_prefix), style)
+                cum_exact = state.cum_exact.get(style.name, 0.0) + exact_cost
+                cum_sent = state.cum_sent.get(style.name, 0.0) + step_cost
+                if cum_sent - cum_exact > planner.max_session_deficit * cum_exact:
+                    net = -1.0
+                worst = min(worst, net)
+            if worst > best_net:
+                best_cut, best_net = message_index, worst
+        if best_cut is None:
+            return {}
+        return {
+            p: r
+            for p, r in new.items()
+            if (s := _segment(view, p)) is not None and s.message_index >= best_cut
+        }
+
+    def _commit(
+        self,
+        view: SegmentView,
+        adopted: dict[Path, Replacement],
+        frozen: dict[Path, Replacement],
+        tenant: str,
+        report: dict[str, Any],
+    ) -> dict[Path, Replacement]:
+        """Validate each adopted replacement and store its originals; roll back failures."""
+        kept: dict[Path, Replacement] = {}
+        for path, rep in adopted.items():
+            segment = _segment(view, path)
+            if segment is None or not rep.text.strip():
+                report["rollbacks"] += 1
+                continue
+            if not self._errors_visible(view, segment, rep, {**frozen, **adopted}):
+                report["rollbacks"] += 1
+                continue
+            try:
+                for ref, original in rep.originals:
+                    stored = self.store.put(tenant, original)
+                    if stored != ref or self.store.get(tenant, ref) != original:
+                        raise ValueError("artifact does not read back")
+                    self._verified.add((tenant, ref))
+            except Exception:  # a store failure is local to this segment
+                report["segment_failures"] += 1
+                report["rollbacks"] += 1
+                continue
+            report["artifacts_stored"] += len(rep.originals)
+            kept[path] = rep
+        return kept
+
+    @staticmethod
+    def _errors_visible(
+        view: SegmentView,
+        segment: Segment,
+        rep: Replacement,
+        applied: dict[Path, Replacement],
+    ) -> bool:
+        errors = error_lines(segment.text)
+        if not errors:
+            return True
+        witness_text = ""
+        if rep.witness is not None:
+            witness = applied.get(rep.witness)
+            witness_text = witness.text if witness else view_text(view, rep.witness)
+        return all(e in rep.text or e in witness_text for e in errors)
+
+    def _sent_elements(
+        self,
+        exact_hashes: list[str],
+        exact_tokens: list[int],
+        view: SegmentView,
+        applied: dict[Path, Replacement],
+        counter: TokenCounter,
+    ) -> tuple[list[str], list[int]]:
+        hashes, tokens = list(exact_hashes), list(exact_tokens)
+        per_message: dict[int, list[tuple[Path, Replacement]]] = defaultdict(list)
+        for path, rep in applied.items():
+            segment = _segment(view, path)
+            if segment:
+                per_message[segment.message_index].append((path, rep))
+        for index, reps in per_message.items():
+            reps.sort(key=lambda pr: json_pointer(pr[0]))
+            blob = exact_hashes[index + 1].encode() + b"".join(
+                b"\x00" + r.text.encode() for _, r in reps
+            )
+            hashes[index + 1] = _digest(blob)
+            tokens[index + 1] -= sum(self._saved(view, p, r, counter) for p, r in reps)
+        return hashes, tokens
+
+    def _update_ledger(
+        self,
+        state: SessionState,
+        exact_hashes: list[str],
+        exact_tokens: list[int],
+        sent_hashes: list[str],
+        sent_tokens: list[int],
+        pricing: CachePricing,
+    ) -> None:
+        exact_prefix = common_prefix(state.exact_hashes, exact_hashes)
+        sent_prefix = common_prefix(state.sent_hashes, sent_hashes)
+        for style in price_styles(self.pipeline.planner.price_style, pricing):
+            exact_cached = _prefix_tokens(exact_tokens, exact_prefix)
+            sent_cached = _prefix_tokens(sent_tokens, sent_prefix)
+            exact = request_cost(sum(exact_tokens), exact_cached, style)
+            sent = request_cost(sum(sent_tokens), sent_cached, style)
+            state.cum_exact[style.name] = state.cum_exact.get(style.name, 0.0) + exact
+            state.cum_sent[style.name] = state.cum_sent.get(style.name, 0.0) + sent
+
+    def _counters(
+        self,
+        view: SegmentView,
+        applied: dict[Path, Replacement],
+        adopted: dict[Path, Replacement],
+        counter: TokenCounter,
+        forced: bool,
+        state: SessionState,
+    ) -> dict[str, Any]:
+        transforms: dict[str, dict[str, int]] = {}
+        refs: list[str] = []
+        for path, rep in applied.items():
+            entry = transforms.setdefault(rep.transform, {"count": 0, "tokens_saved": 0})
+            entry["count"] += 1
+            entry["tokens_saved"] += self._saved(view, path, rep, counter)
+            refs.extend(rep.refs or _refs_in(rep.text))
+        return {
+            "transforms": transforms,
+            "references": sorted(set(refs)),
+            "new_replacements": len(adopted),
+            "forced_step": forced and bool(adopted),
+            "session_turns": state.turns,
+            "session_steps": state.steps,
+        }
+
+
+def _prefix_tokens(tokens: list[int], prefix: int) -> int:
+    return sum(tokens[:prefix])
+
+
+def _segment(view: SegmentView, path: Path) -> Segment | None:
+    index = _index(view)
+    return index.get(path)
+
+
+_INDEX_CACHE: dict[int, tuple[SegmentView, dict[Path, Segment]]] = {}
+
+
+def _index(view: SegmentView) -> dict[Path, Segment]:
+    cached = _INDEX_CACHE.get(id(view))
+    if cached is not None and cached[0] is view:
+        return cached[1]
+    if len(_INDEX_CACHE) > 8:
+        _INDEX_CACHE.clear()
+    index = {s.path: s for s in view.segments}
+    _INDEX_CACHE[id(view)] = (view, index)
+    return index
+
+
+def view_text(view: SegmentView, path: Path) -> str:
+    segment = _segment(view, path)
+    return segment.text if segment else ""
+
+
+def _refs_in(text: str) -> list[str]:
+    from ctxwarden.store.base import REF_PATTERN
+
+    return REF_PATTERN.findall(text)
+
+
+def _apply(conversation: Conversation, applied: dict[Path, Replacement]) -> Conversation:
+    """A copy of ``conversation`` with each replacement written into its text part."""
+    if not applied:
+        return conversation
+    messages: list[Message] = []
+    for message in conversation.messages:
+        parts: list[Part] = []
+        changed = False
+        for part in message.parts:
+            if isinstance(part, TextPart) and part.path in applied:
+                parts.append(part.with_text(applied[part.path].text))
+                changed = True
+            elif isinstance(part, ToolResultPart) and any(
+                isinstance(c, TextPart) and c.path in applied for c in part.content
+            ):
+                content = tuple(
+                    c.with_text(applied[c.path].text)
+                    if isinstance(c, TextPart) and c.path in applied
+                    else c
+                    for c in part.content
+                )
+                parts.append(replace(part, content=content))
+                changed = True
+            else:
+                parts.append(part)
+        messages.append(replace(message, parts=tuple(parts)) if changed else message)
+    return replace(conversation, messages=tuple(messages))

@@ -107,11 +107,15 @@ class TokenCounter:
         """Tokens of one message, overhead included."""
         return MESSAGE_OVERHEAD + sum(self.count_part(p) for p in message.parts)
 
-    def count_conversation(self, conversation: Conversation) -> int:
-        """Tokens of a whole request: system, messages and tool schemas."""
-        total = sum(self.count_part(p) for p in conversation.system)
-        total += sum(self.count_message(m) for m in conversation.messages)
+    def element_tokens(self, conversation: Conversation) -> list[int]:
+        """Tokens per element of a request: the head (system, tool schemas, framing)
+        first, then one entry per message."""
+        head = 3 + sum(self.count_part(p) for p in conversation.system)
         tools = conversation.wire.get("tools")
         if tools:
-            total += self.count_text(orjson.dumps(tools).decode())
-        return total + 3
+            head += self.count_text(orjson.dumps(tools).decode())
+        return [head, *(self.count_message(m) for m in conversation.messages)]
+
+    def count_conversation(self, conversation: Conversation) -> int:
+        """Tokens of a whole request: system, messages and tool schemas."""
+        return sum(self.element_tokens(conversation))

@@ -1,0 +1,112 @@
+"""The pass seam: one callable over the segments of a conversation.
+
+A *segment* is one editable text of the request: a tool output (a text part of a tool
+result) or a message text. A pass looks at all segments (so it can compare with newer
+ones) and proposes :class:`Replacement` values for *eligible* segments that no earlier
+pass replaced. Passes never change structure: the renderer writes replacement text at
+the segment's path and nothing else, so pairing, ids and order are kept by construction.
+
+Every replacement that drops information names the original by reference
+(``cw:<12 hex>``); the condenser stores originals only for replacements it adopts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from ctxwarden.model.parts import Path
+from ctxwarden.store.base import content_digest, make_ref
+from ctxwarden.tokens.counter import TokenCounter
+
+__all__ = [
+    "Pass",
+    "PassContext",
+    "Replacement",
+    "Segment",
+    "SegmentKind",
+    "ref_for",
+]
+
+SegmentKind = Literal["tool_output", "assistant_text", "user_text"]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One text of the request that a pass may look at (and, if eligible, replace)."""
+
+    path: Path
+    message_index: int
+    position: int
+    """Order among segments of the same kind (0 = oldest)."""
+    kind: SegmentKind
+    text: str
+    tokens: int
+    tool_name: str = ""
+    command: str = ""
+    call_id: str = ""
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """New text for one segment, the transform that made it and the originals it names."""
+
+    text: str
+    transform: str
+    originals: tuple[tuple[str, str], ...] = ()
+    """``(ref, original text)`` pairs the replacement refers to."""
+    kept_lines: tuple[str, ...] = ()
+    """Lines of the original (error lines) that must stay visible."""
+    lossless: bool = False
+    witness: Path | None = None
+    """A segment where error lines this replacement omits stay visible."""
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        return tuple(ref for ref, _ in self.originals)
+
+
+def ref_for(text: str) -> str:
+    """The reference ``text`` will have in any store (content addressed)."""
+    return make_ref(content_digest(text))
+
+
+@dataclass(slots=True)
+class PassContext:
+    """What a pass may read: all segments, which are eligible, counts and the budget."""
+
+    segments: list[Segment]
+    eligible: frozenset[Path]
+    recent: frozenset[Path]
+    """Eligible tool outputs inside the recency budget (lossy passes leave them)."""
+    relevant: frozenset[Path]
+    """Outputs the recent turns are working on (kept in full by lossy passes)."""
+    counter: TokenCounter
+    tokens_to_save: int | None = None
+    """Early-exit target: the pipeline stops once this many tokens are saved."""
+    by_path: dict[Path, Segment] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_path = {s.path: s for s in self.segments}
+
+    def open_segments(
+        self, decided: Mapping[Path, Replacement], kind: SegmentKind = "tool_output"
+    ) -> list[Segment]:
+        """Eligible segments of ``kind`` that no pass has replaced yet, oldest first."""
+        return [
+            s
+            for s in self.segments
+            if s.kind == kind and s.path in self.eligible and s.path not in decided
+        ]
+
+
+class Pass(Protocol):
+    """A condensation pass: proposes replacements for open eligible segments."""
+
+    name: str
+
+    def __call__(
+        self, ctx: PassContext, decided: Mapping[Path, Replacement]
+    ) -> dict[Path, Replacement]: ...

@@ -1,0 +1,78 @@
+"""One config model per pass: typed, bounded, unknown keys rejected."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ctxwarden.tokens.budget import Band
+
+__all__ = [
+    "DedupeConfig",
+    "MaskConfig",
+    "NormalizeConfig",
+    "PassConfig",
+    "SummarizeConfig",
+    "SupersedeConfig",
+    "TruncateConfig",
+]
+
+
+class PassConfig(BaseModel):
+    """Settings every pass has: on/off, a size threshold and a pressure condition."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = True
+    min_tokens: int = Field(40, ge=0, description="Segments smaller than this are left alone.")
+    min_band: Band | None = Field(
+        None, description="Run only when the request's pressure band is at least this."
+    )
+
+
+class DedupeConfig(PassConfig):
+    """Exact duplicates become a reference to the first copy (lossless)."""
+
+    min_tokens: int = Field(24, ge=0)
+
+
+class SupersedeConfig(PassConfig):
+    """Outputs made stale by a newer run of the same action (lossless via reference)."""
+
+    keep_newest: int = Field(1, ge=1, le=20, description="Attempts of one action kept in full.")
+    file_reads: bool = Field(True, description="A later full read of a file supersedes earlier.")
+
+
+class NormalizeConfig(PassConfig):
+    """ANSI escapes, progress bars, repeated lines, trailing whitespace, pretty JSON."""
+
+    min_saving_tokens: int = Field(32, ge=0)
+    repeat_run: int = Field(4, ge=2, description="Identical consecutive lines collapsed from.")
+    minify_json: bool = True
+
+
+class MaskConfig(PassConfig):
+    """Old outputs outside the recency budget become placeholders (original in store)."""
+
+    min_tokens: int = Field(120, ge=0)
+    head_lines: int = Field(3, ge=0, le=200)
+    tail_lines: int = Field(3, ge=0, le=200)
+    max_keywords: int = Field(150, ge=0, le=2000)
+    max_ratio: float = Field(
+        0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
+    )
+
+
+class TruncateConfig(PassConfig):
+    """Guardrail: any output over a size limit keeps head, tail and error lines."""
+
+    max_bytes: int = Field(50_000, gt=0)
+    max_lines: int = Field(2_000, gt=0)
+    head_lines: int = Field(60, ge=0)
+    tail_lines: int = Field(40, ge=0)
+
+
+class SummarizeConfig(PassConfig):
+    """Deterministic extractive condensation of old message text (and tool outputs)."""
+
+    enabled: bool = False
+    min_tokens: int = Field(300, ge=0)
+    keep_sentences: int = Field(2, ge=1, le=20)

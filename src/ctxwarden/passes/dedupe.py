@@ -1,0 +1,50 @@
+"""Exact duplicates: a text identical to an earlier one becomes a reference to it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ctxwarden.model.parts import Path
+from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
+from ctxwarden.passes.config import DedupeConfig
+from ctxwarden.passes.placeholder import describe
+
+__all__ = ["DedupePass"]
+
+
+class DedupePass:
+    """Lossless: the first copy stays (it is in the cached prefix), later copies point to it."""
+
+    name = "dedupe"
+
+    def __init__(self, config: DedupeConfig) -> None:
+        self.config = config
+
+    def __call__(
+        self, ctx: PassContext, decided: Mapping[Path, Replacement]
+    ) -> dict[Path, Replacement]:
+        out: dict[Path, Replacement] = {}
+        first: dict[str, Segment] = {}
+        for segment in ctx.segments:
+            earlier = first.get(segment.text)
+            if earlier is None:
+                first[segment.text] = segment
+                continue
+            if (
+                segment.path not in ctx.eligible
+                or segment.path in decided
+                or segment.tokens < self.config.min_tokens
+            ):
+                continue
+            ref = ref_for(segment.text)
+            where = f"message #{earlier.message_index}"
+            source = describe(earlier) if earlier.kind == "tool_output" else earlier.kind
+            text = f"[ctxwarden: identical to the output of {source} in {where}. Recall: {ref}]"
+            out[segment.path] = Replacement(
+                text,
+                self.name,
+                originals=((ref, segment.text),),
+                lossless=True,
+                witness=earlier.path,
+            )
+        return out

@@ -1,0 +1,66 @@
+"""Observation masking: old outputs outside the recency budget become placeholders.
+
+Outputs inside the recency budget (``ctx.recent``) or that the recent turns are working
+on (``ctx.relevant``) stay in full. A placeholder keeps what the output was, its error
+lines, a short head and tail, the distinctive strings it mentioned and the reference
+(see :mod:`ctxwarden.passes.placeholder`). Oldest first, with early exit at the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ctxwarden.model.parts import Path
+from ctxwarden.passes.base import PassContext, Replacement, ref_for
+from ctxwarden.passes.config import MaskConfig
+from ctxwarden.passes.placeholder import Digest, build_placeholder
+
+__all__ = ["MaskPass"]
+
+
+class MaskPass:
+    """Lossy, recallable: replaces old bulky outputs with placeholders."""
+
+    name = "mask"
+
+    def __init__(self, config: MaskConfig, *, name: str = "mask") -> None:
+        self.config = config
+        self.name = name
+        self.digest = Digest(
+            head_lines=config.head_lines,
+            tail_lines=config.tail_lines,
+            max_keywords=config.max_keywords,
+        )
+        self._memo: dict[tuple[str, str, str, int], tuple[str, tuple[str, ...]]] = {}
+
+    def __call__(
+        self, ctx: PassContext, decided: Mapping[Path, Replacement]
+    ) -> dict[Path, Replacement]:
+        out: dict[Path, Replacement] = {}
+        saved = 0
+        for segment in ctx.open_segments(decided):
+            if ctx.tokens_to_save is not None and saved >= ctx.tokens_to_save:
+                break
+            if (
+                segment.path in ctx.recent
+                or segment.path in ctx.relevant
+                or segment.tokens < self.config.min_tokens
+            ):
+                continue
+            ref = ref_for(segment.text)
+            key = (segment.text, segment.tool_name, segment.command, int(segment.is_error))
+            built = self._memo.get(key)
+            if built is None:
+                built = build_placeholder(segment, ref, self.digest)
+                if len(self._memo) > 20_000:
+                    self._memo.clear()
+                self._memo[key] = built
+            text, errors = built
+            tokens = ctx.counter.count_text(text)
+            if tokens > self.config.max_ratio * segment.tokens:
+                continue
+            saved += segment.tokens - tokens
+            out[segment.path] = Replacement(
+                text, self.name, originals=((ref, segment.text),), kept_lines=errors
+            )
+        return out

@@ -1,0 +1,93 @@
+"""Normalization: noise removed, meaning kept, the exact original one reference away.
+
+ANSI escape sequences, carriage-return progress bars (only the final state of a line
+is kept), runs of identical lines (collapsed with a count), trailing whitespace and
+pretty-printed JSON (minified). Applied only when it saves ``min_saving_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+
+from ctxwarden.model.parts import Path
+from ctxwarden.passes.base import PassContext, Replacement, ref_for
+from ctxwarden.passes.config import NormalizeConfig
+
+__all__ = ["NormalizePass", "normalize_text"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def _collapse_progress(line: str) -> str:
+    if "\r" not in line:
+        return line
+    parts = [p for p in line.split("\r") if p]
+    return parts[-1] if parts else ""
+
+
+def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> str:
+    """The normalized form of ``text`` (see module doc); idempotent."""
+    stripped = text.strip()
+    if minify_json and stripped[:1] in "{[" and "\n" in stripped:
+        try:
+            return json.dumps(json.loads(stripped), separators=(",", ":"), ensure_ascii=False)
+        except ValueError:
+            pass
+    text = _ANSI.sub("", text)
+    lines = [_collapse_progress(line).rstrip() for line in text.split("\n")]
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        j = i
+        while j + 1 < len(lines) and lines[j + 1] == lines[i]:
+            j += 1
+        run = j - i + 1
+        if run >= repeat_run and lines[i]:
+            out.append(lines[i])
+            out.append(f"[ctxwarden: previous line repeated {run - 1} more times]")
+        else:
+            out.extend(lines[i : j + 1])
+        i = j + 1
+    return "\n".join(out)
+
+
+class NormalizePass:
+    """Rewrites noisy outputs to their normalized form plus a reference to the exact text."""
+
+    name = "normalize"
+
+    def __init__(self, config: NormalizeConfig) -> None:
+        self.config = config
+        self._memo: dict[str, str | None] = {}
+
+    def _normalized(self, text: str) -> str | None:
+        if text in self._memo:
+            return self._memo[text]
+        result = normalize_text(text, self.config.repeat_run, self.config.minify_json)
+        value = result if result != text else None
+        if len(self._memo) > 50_000:
+            self._memo.clear()
+        self._memo[text] = value
+        return value
+
+    def __call__(
+        self, ctx: PassContext, decided: Mapping[Path, Replacement]
+    ) -> dict[Path, Replacement]:
+        out: dict[Path, Replacement] = {}
+        for segment in ctx.open_segments(decided):
+            if segment.tokens < self.config.min_tokens:
+                continue
+            normalized = self._normalized(segment.text)
+            if normalized is None:
+                continue
+            ref = ref_for(segment.text)
+            text = f"{normalized}\n[ctxwarden: normalized; exact original: {ref}]"
+            saved = segment.tokens - ctx.counter.count_text(text)
+            if saved < self.config.min_saving_tokens:
+                continue
+            out[segment.path] = Replacement(
+                text, self.name, originals=((ref, segment.text),), lossless=True
+            )
+        return out

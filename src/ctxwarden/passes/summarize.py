@@ -1,0 +1,58 @@
+"""Mechanical summary: a deterministic extractive condensation of old message text.
+
+Keeps the first ``keep_sentences`` sentences, every line that names a path or carries
+an error signal, and a reference to the whole. (An LLM summarizer can implement the
+same pass seam later.)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from ctxwarden.model.parts import Path
+from ctxwarden.passes.base import PassContext, Replacement, ref_for
+from ctxwarden.passes.config import SummarizeConfig
+from ctxwarden.signals import error_lines, is_error_line, paths_in
+
+__all__ = ["SummarizePass", "extract_summary"]
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...]]:
+    """The extractive summary of ``text`` and the error lines it keeps."""
+    sentences = _SENTENCE_END.split(text.strip(), maxsplit=keep_sentences)
+    lead = " ".join(sentences[:keep_sentences]).strip()
+    kept: list[str] = []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped and stripped not in lead and (is_error_line(line) or paths_in(line)):
+            kept.append(line)
+    return "\n".join([lead, *kept]), tuple(error_lines(text))
+
+
+class SummarizePass:
+    """Condenses old assistant prose (kind ``assistant_text``) extractively."""
+
+    name = "summarize"
+
+    def __init__(self, config: SummarizeConfig) -> None:
+        self.config = config
+
+    def __call__(
+        self, ctx: PassContext, decided: Mapping[Path, Replacement]
+    ) -> dict[Path, Replacement]:
+        out: dict[Path, Replacement] = {}
+        for segment in ctx.open_segments(decided, kind="assistant_text"):
+            if segment.tokens < self.config.min_tokens or segment.path in ctx.recent:
+                continue
+            summary, errors = extract_summary(segment.text, self.config.keep_sentences)
+            ref = ref_for(segment.text)
+            text = f"{summary}\n[ctxwarden: summarized; full text: {ref}]"
+            if ctx.counter.count_text(text) > 0.7 * segment.tokens:
+                continue
+            out[segment.path] = Replacement(
+                text, self.name, originals=((ref, segment.text),), kept_lines=errors
+            )
+        return out

@@ -1,0 +1,82 @@
+"""Supersession: an output made stale by a newer run of the same action.
+
+Two outputs are runs of the same action when their tool and command are the same, or
+(``file_reads``) both are full reads of the same file (``cat F``, ``nl -ba F``,
+``view F``). All but the newest ``keep_newest`` runs become a note naming the newest
+run; error lines that the newest run does not show are kept verbatim.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+
+from ctxwarden.model.parts import Path
+from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
+from ctxwarden.passes.config import SupersedeConfig
+from ctxwarden.passes.placeholder import describe
+from ctxwarden.signals import error_lines
+
+__all__ = ["SupersedePass", "action_key"]
+
+_FULL_READ = re.compile(r"^(?:cat|nl(?:\s+-\w+)*|view|open|less|more)\s+([\w./-]+)\s*$")
+
+
+def action_key(segment: Segment, file_reads: bool) -> str:
+    """What counts as "the same action" for supersession."""
+    command = " ".join(segment.command.split())
+    if file_reads:
+        m = _FULL_READ.match(command)
+        if m:
+            return "read:" + m.group(1).lstrip("./")
+    return f"{segment.tool_name}\x00{command}"
+
+
+class SupersedePass:
+    """Replaces older runs of a repeated action with a note naming the newest run."""
+
+    name = "supersede"
+
+    def __init__(self, config: SupersedeConfig) -> None:
+        self.config = config
+
+    def __call__(
+        self, ctx: PassContext, decided: Mapping[Path, Replacement]
+    ) -> dict[Path, Replacement]:
+        groups: dict[str, list[Segment]] = defaultdict(list)
+        for segment in ctx.segments:
+            if segment.kind == "tool_output" and segment.command:
+                groups[action_key(segment, self.config.file_reads)].append(segment)
+        out: dict[Path, Replacement] = {}
+        keep = self.config.keep_newest
+        for runs in groups.values():
+            if len(runs) <= keep:
+                continue
+            newest = runs[-1]
+            newest_text = newest.text
+            for segment in runs[:-keep]:
+                if (
+                    segment.path not in ctx.eligible
+                    or segment.path in decided
+                    or segment.tokens < self.config.min_tokens
+                    or segment.text == newest_text
+                ):
+                    continue
+                ref = ref_for(segment.text)
+                lines = segment.text.count("\n") + 1
+                kept = tuple(e for e in error_lines(segment.text) if e not in newest_text)
+                head = (
+                    f"[ctxwarden: superseded: {describe(segment)} was run again later "
+                    f"(message #{newest.message_index}); this older output ({lines:,} lines) "
+                    f"is {ref}]"
+                )
+                text = "\n".join((head, *kept))
+                out[segment.path] = Replacement(
+                    text,
+                    self.name,
+                    originals=((ref, segment.text),),
+                    kept_lines=kept,
+                    witness=newest.path,
+                )
+        return out

@@ -1,0 +1,58 @@
+"""Prompt-cache cost model used to judge compaction steps.
+
+A request reuses the longest prefix of elements (head, then messages) it shares with
+the previous request of its session, if that prefix is at least the minimum cacheable
+length; cached tokens cost ``cached_read``, the rest ``cache_write`` (OpenAI: 1.0,
+Anthropic: 1.25), in units of the uncached input price.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+
+from ctxwarden.tokens.registry import CachePricing
+
+__all__ = ["PriceStyle", "common_prefix", "price_styles", "request_cost"]
+
+
+@dataclass(frozen=True, slots=True)
+class PriceStyle:
+    name: str
+    read: float
+    write: float
+    min_cacheable: int
+
+
+def price_styles(kind: str, model_pricing: CachePricing) -> list[PriceStyle]:
+    """The styles a step must pay off under (``conservative`` is OpenAI and Anthropic)."""
+    openai = PriceStyle("openai", 0.1, 1.0, 1024)
+    anthropic = PriceStyle("anthropic", 0.1, 1.25, 1024)
+    if kind == "openai":
+        return [openai]
+    if kind == "anthropic":
+        return [anthropic]
+    if kind == "model":
+        p = model_pricing
+        return [PriceStyle("model", p.cached_read, p.cache_write, p.min_cacheable_tokens)]
+    return [openai, anthropic]
+
+
+def common_prefix(a: list[str], b: list[str]) -> int:
+    """Length of the longest common prefix of two hash lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def prefix_sums(tokens: list[int]) -> list[int]:
+    """``sums[k]`` = tokens of the first ``k`` elements."""
+    return [0, *accumulate(tokens)]
+
+
+def request_cost(total: int, cached_prefix_tokens: int, style: PriceStyle) -> float:
+    """Cost of one request with ``cached_prefix_tokens`` reusable from the cache."""
+    cached = cached_prefix_tokens if cached_prefix_tokens >= style.min_cacheable else 0
+    return style.read * cached + style.write * (total - cached)

@@ -1,0 +1,148 @@
+"""The pipeline configuration, its presets, and building passes from it.
+
+Presets are plain :class:`PipelineConfig` instances. An engine config names a preset
+and may override any field (``[pipeline]`` table in TOML, deep-merged, strictly
+validated; errors name the key, e.g. ``pipeline.mask.min_tokens``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ctxwarden.config import config_error
+from ctxwarden.errors import ConfigError
+from ctxwarden.passes.base import Pass
+from ctxwarden.passes.config import (
+    DedupeConfig,
+    MaskConfig,
+    NormalizeConfig,
+    SummarizeConfig,
+    SupersedeConfig,
+    TruncateConfig,
+)
+from ctxwarden.passes.dedupe import DedupePass
+from ctxwarden.passes.mask import MaskPass
+from ctxwarden.passes.normalize import NormalizePass
+from ctxwarden.passes.summarize import SummarizePass
+from ctxwarden.passes.supersede import SupersedePass
+from ctxwarden.passes.truncate import TruncatePass
+
+__all__ = [
+    "PASS_NAMES",
+    "PRESETS",
+    "PipelineConfig",
+    "PlannerConfig",
+    "ToolPolicy",
+    "build_passes",
+    "resolve_pipeline",
+]
+
+PassName = Literal["dedupe", "supersede", "normalize", "truncate", "mask", "summarize"]
+PASS_NAMES: tuple[PassName, ...] = (
+    "dedupe", "supersede", "normalize", "truncate", "mask", "summarize",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PlannerConfig(_Strict):
+    """When a compaction step is worth its prompt-cache rewrite."""
+
+    floor_tokens: int = Field(128, ge=0, description="No step saves fewer tokens than this.")
+    floor_ratio: float = Field(0.03, ge=0, le=1, description="...nor this share of the request.")
+    price_style: Literal["model", "openai", "anthropic", "conservative"] = Field(
+        "conservative",
+        description="Cache prices a step is judged by; conservative: both OpenAI and Anthropic.",
+    )
+    min_expected_turns: float = Field(3, ge=0, description="Turns a step is expected to serve.")
+    max_expected_turns: float = Field(30, ge=0)
+    lindy_factor: float = Field(
+        0.5, ge=0, description="Expected remaining turns per turn already seen."
+    )
+    max_session_deficit: float = Field(
+        0.01, ge=0, le=1, description="A step may not make the session dearer than exact by more."
+    )
+
+
+class ToolPolicy(_Strict):
+    """A per-tool override: exclude the tool's outputs, or change thresholds."""
+
+    exclude: bool = False
+    min_tokens: int | None = Field(None, ge=0)
+
+
+class PipelineConfig(_Strict):
+    """Every pass's settings, the recency budget and the planner."""
+
+    order: tuple[PassName, ...] = PASS_NAMES
+    recency_tokens: int = Field(3000, ge=0, description="Newest tool output tokens kept in full.")
+    keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs always kept.")
+    relevance_turns: int = Field(
+        2, ge=0, description="Outputs about files the last N actions touch stay in full."
+    )
+    dedupe: DedupeConfig = DedupeConfig()
+    supersede: SupersedeConfig = SupersedeConfig()
+    normalize: NormalizeConfig = NormalizeConfig()
+    truncate: TruncateConfig = TruncateConfig()
+    mask: MaskConfig = MaskConfig()
+    summarize: SummarizeConfig = SummarizeConfig()
+    planner: PlannerConfig = PlannerConfig()
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+
+
+PRESETS: dict[str, PipelineConfig] = {
+    "conservative": PipelineConfig(
+        order=("dedupe", "supersede", "normalize", "truncate", "mask"),
+        recency_tokens=8000,
+        relevance_turns=4,
+        mask=MaskConfig(min_tokens=400, head_lines=5, tail_lines=5, max_keywords=300),
+    ),
+    "balanced": PipelineConfig(),
+    "aggressive": PipelineConfig(
+        recency_tokens=1200,
+        relevance_turns=1,
+        mask=MaskConfig(min_tokens=60, head_lines=2, tail_lines=2, max_keywords=80),
+        summarize=SummarizeConfig(enabled=True, min_tokens=150),
+        planner=PlannerConfig(lindy_factor=1.0, max_session_deficit=0.02),
+    ),
+}
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def resolve_pipeline(preset: str, overrides: dict[str, Any]) -> PipelineConfig:
+    """The preset with ``overrides`` deep-merged; :class:`ConfigError` names a bad key."""
+    base = PRESETS.get(preset)
+    if base is None:
+        raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})", "preset")
+    if not overrides:
+        return base
+    try:
+        return PipelineConfig.model_validate(_merge(base.model_dump(), overrides))
+    except ValidationError as exc:
+        raise config_error(exc, "pipeline") from exc
+
+
+def build_passes(config: PipelineConfig) -> list[Pass]:
+    """The enabled passes in the configured order."""
+    makers: dict[str, Any] = {
+        "dedupe": lambda: DedupePass(config.dedupe),
+        "supersede": lambda: SupersedePass(config.supersede),
+        "normalize": lambda: NormalizePass(config.normalize),
+        "truncate": lambda: TruncatePass(config.truncate),
+        "mask": lambda: MaskPass(config.mask),
+        "summarize": lambda: SummarizePass(config.summarize),
+    }
+    return [makers[name]() for name in config.order if getattr(config, name).enabled]

@@ -1,0 +1,73 @@
+"""Per-session planner state, kept in the store so replicas and restarts agree.
+
+The state records, for the last request of a session: the element hashes and token
+counts of the original and of what was sent (element 0 is the head: system, tools),
+the adopted replacement of every condensed segment, and a cost ledger. It is encoded
+as JSON; an unreadable state is treated as absent (a fresh session).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+__all__ = ["Decision", "SessionState"]
+
+STATE_VERSION = 1
+
+
+@dataclass(slots=True)
+class Decision:
+    """An adopted replacement: its text, the transform, refs and the original's ref."""
+
+    text: str
+    transform: str
+    original_ref: str
+    refs: list[str]
+    saved: int
+
+
+@dataclass(slots=True)
+class SessionState:
+    exact_hashes: list[str] = field(default_factory=list)
+    exact_tokens: list[int] = field(default_factory=list)
+    sent_hashes: list[str] = field(default_factory=list)
+    sent_tokens: list[int] = field(default_factory=list)
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    turns: int = 0
+    steps: int = 0
+    cum_exact: dict[str, float] = field(default_factory=dict)
+    cum_sent: dict[str, float] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        data: dict[str, Any] = {
+            "v": STATE_VERSION,
+            "exact_hashes": self.exact_hashes,
+            "exact_tokens": self.exact_tokens,
+            "sent_hashes": self.sent_hashes,
+            "sent_tokens": self.sent_tokens,
+            "decisions": {
+                k: [d.text, d.transform, d.original_ref, d.refs, d.saved]
+                for k, d in self.decisions.items()
+            },
+            "turns": self.turns,
+            "steps": self.steps,
+            "cum_exact": self.cum_exact,
+            "cum_sent": self.cum_sent,
+        }
+        return orjson.dumps(data)
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> SessionState:
+        if not raw:
+            return cls()
+        try:
+            data = orjson.loads(raw)
+            if data.pop("v", None) != STATE_VERSION:
+                return cls()
+            data["decisions"] = {k: Decision(*v) for k, v in data["decisions"].items()}
+            return cls(**data)
+        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+            return cls()

@@ -1,0 +1,140 @@
+"""Content signals shared by the passes: error lines, distinctive strings, commands.
+
+These are deliberately broad: a line that *might* be an error signal is kept by every
+lossy pass, and distinctive strings (paths, identifiers, numbers) are what placeholders
+keep visible so the agent can still find what an old output mentioned.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import orjson
+
+__all__ = [
+    "command_of",
+    "distinctive_strings",
+    "error_lines",
+    "exit_status",
+    "is_error_line",
+    "paths_in",
+]
+
+_ERROR_RE = re.compile(
+    r"""(
+        Traceback\ \(most\ recent\ call\ last\)
+      | \b[A-Za-z_.]*(?:Error|Exception|Failure|Fault)\b\s*[:(]
+      | \b(?:error|ERROR|Error)\b\s*[:\[]
+      | \bFAIL(?:ED|URE|S)?\b
+      | \bfatal\b\s*:
+      | \bpanic\b\s*:
+      | \bSegmentation\ fault\b
+      | \bcommand\ not\ found\b
+      | \bNo\ such\ file\ or\ directory\b
+      | \bPermission\ denied\b
+      | \bcannot\ find\ symbol\b
+      | \bundefined\ reference\b
+      | \bsyntax\ error\b
+      | ^\s*E\s{2,}\S
+      | :\d+(?::\d+)?:\s*(?:error|warning)\b
+      | \bBUILD\ FAILURE\b
+      | \bAssertionError\b
+      | \bexit\ (?:code|status)\ [1-9]
+      | <returncode>[1-9]\d*</returncode>
+    )""",
+    re.VERBOSE | re.MULTILINE,
+)
+
+
+def is_error_line(line: str) -> bool:
+    """True when ``line`` carries an error signal (tracebacks, ``Error:``, ``FAILED``...)."""
+    return bool(_ERROR_RE.search(line))
+
+
+def error_lines(text: str, limit: int = 400) -> list[str]:
+    """Every distinct error line of ``text`` in order (at most ``limit``), as written."""
+    if not _ERROR_RE.search(text):
+        return []
+    out: list[str] = []
+    seen: set[str] = set()
+    for line in text.split("\n"):
+        if line and line not in seen and _ERROR_RE.search(line):
+            seen.add(line)
+            out.append(line)
+            if len(out) >= limit:
+                break
+    return out
+
+
+_WORD_RE = re.compile(r"[A-Za-z0-9_$][A-Za-z0-9_$./:-]*[A-Za-z0-9_$]|\d{2,}")
+_PATH_RE = re.compile(
+    r"(?:[\w.-]+/)+[\w.-]+"
+    r"|[\w-]+\.(?:py|java|js|ts|go|rs|c|h|cpp|rb|md|txt|json|toml|yaml|yml|cfg|ini|xml|sh)\b"
+)
+
+
+def _distinctive(word: str) -> bool:
+    if len(word) < 4:
+        return word.isdigit() and len(word) >= 2
+    if word.isdigit():
+        return True
+    if any(c in word for c in "/._$:") or any(c.isdigit() for c in word):
+        return True
+    inner_upper = any(c.isupper() for c in word[1:])
+    return inner_upper and any(c.islower() for c in word)
+
+
+def distinctive_strings(text: str) -> list[str]:
+    """Paths, dotted / snake / camel identifiers and numbers, in first-seen order."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for match in _WORD_RE.finditer(text):
+        word = match.group(0).rstrip(".:-")
+        if word not in seen and _distinctive(word):
+            seen.add(word)
+            out.append(word)
+    return out
+
+
+def paths_in(text: str) -> set[str]:
+    """File paths (and bare file names with a known extension) mentioned in ``text``."""
+    return {m.group(0).lstrip("./") for m in _PATH_RE.finditer(text)}
+
+
+@functools.lru_cache(maxsize=65536)
+def command_of(arguments: str) -> str:
+    """The command a tool call ran: ``command`` / ``cmd`` / ``path`` argument, else the
+    arguments text itself (whitespace-normalised)."""
+    try:
+        args = orjson.loads(arguments) if arguments else {}
+    except orjson.JSONDecodeError:
+        return " ".join(arguments.split())
+    if isinstance(args, dict):
+        for key in ("command", "cmd", "path", "file_path", "query"):
+            value = args.get(key)
+            if isinstance(value, str):
+                rest = {k: v for k, v in args.items() if k != key}
+                extra = orjson.dumps(rest, option=orjson.OPT_SORT_KEYS).decode()
+                tail = " " + extra if rest else ""
+                return " ".join(value.split()) + tail
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return " ".join(value)
+        return orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
+    return " ".join(str(args).split())
+
+
+_EXIT_RES = (
+    re.compile(r"<returncode>(-?\d+)</returncode>"),
+    re.compile(r"\bexit(?:ed with)? (?:code|status)[ :=]*(-?\d+)", re.IGNORECASE),
+)
+
+
+def exit_status(text: str) -> int | None:
+    """The exit status an output reports, if it says so."""
+    head = text[:300]
+    for regex in _EXIT_RES:
+        m = regex.search(head)
+        if m:
+            return int(m.group(1))
+    return None
