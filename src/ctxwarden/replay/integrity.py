@@ -27,6 +27,7 @@ import orjson
 from ctxwarden.adapters import get_adapter
 from ctxwarden.errors import CtxwardenError
 from ctxwarden.replay.view import MessageInfo, Step
+from ctxwarden.replay.wire import MESSAGE_KEYS
 
 __all__ = ["CATEGORIES", "check_integrity", "protected_positions", "unpaired_ids"]
 
@@ -68,10 +69,38 @@ def unpaired_ids(messages: Sequence[MessageInfo]) -> set[tuple[str, str]]:
     return out
 
 
+def _probe(
+    condensed: dict[str, Any], api: str, b: Sequence[MessageInfo], fresh: list[int], same: bool
+) -> dict[str, Any]:
+    """What the adapter must accept: the whole request, or - when only items changed and
+    the skeleton did not - the header with the new items and the items holding their
+    calls (the rest is byte-identical to an original the adapter accepted)."""
+    if not same or any(b[i].role in ("system", "developer") for i in fresh):
+        return condensed
+    wanted = set(fresh)
+    ids = {cid for i in fresh for kind, cid, _ in b[i].skeleton if kind == "result"}
+    for j, m in enumerate(b):
+        if any(kind == "call" and cid in ids for kind, cid, _ in m.skeleton):
+            wanted.add(j)
+    key = MESSAGE_KEYS.get(api, "messages")
+    return {**condensed, key: [b[j].item for j in sorted(wanted)]}
+
+
 def check_integrity(
-    original: dict[str, Any], condensed: dict[str, Any], api: str, orig: Step, cond: Step
+    original: dict[str, Any],
+    condensed: dict[str, Any],
+    api: str,
+    orig: Step,
+    cond: Step,
+    validated: set[bytes] | None = None,
 ) -> dict[str, int]:
-    """Violations of ``condensed`` against ``original`` by category (empty when clean)."""
+    """Violations of ``condensed`` against ``original`` by category (empty when clean).
+
+    ``validated`` (kept per session by the caller) holds keys of changed items already
+    seen in a request the API adapter accepted; the adapter runs again only when a
+    changed item is new or the skeleton changed, so a rewrite that is simply carried
+    over from turn to turn is not re-parsed.
+    """
     if condensed is original:
         return {}
     out: dict[str, int] = {}
@@ -83,11 +112,15 @@ def check_integrity(
         out["order"] = 1
     if not changed and len(a) == len(b):
         return out
-    try:
-        orjson.dumps(condensed)
-        get_adapter(api).parse(condensed)
-    except (TypeError, CtxwardenError):
-        out["json"] = 1
+    fresh = [i for i in changed if validated is None or b[i].key not in validated]
+    if fresh or len(a) != len(b):
+        try:
+            orjson.dumps(condensed)
+            get_adapter(api).parse(_probe(condensed, api, b, fresh, len(a) == len(b)))
+            if validated is not None:
+                validated.update(b[i].key for i in changed)
+        except (TypeError, CtxwardenError):
+            out["json"] = 1
     protected = protected_positions(a)
     skeleton_changed = len(a) != len(b)
     for i in changed:

@@ -101,6 +101,7 @@ class _State:
     metrics: SessionMetrics
     featured: Featured | None = None
     recover_memo: dict[tuple[bytes, bytes], bool] = field(default_factory=dict)
+    validated: set[bytes] = field(default_factory=set)
 
 
 def _recoverable(state: _State, a: MessageInfo, b: MessageInfo) -> bool:
@@ -282,7 +283,7 @@ def _replay_session(
             m.exact_cost_openai += exact_o
             m.exact_cost_anthropic += exact_a
             missed, lost = _measure(st, o, c, strings, original.errors)
-            violations = check_integrity(rr.request, cond, rr.api, o, c)
+            violations = check_integrity(rr.request, cond, rr.api, o, c, st.validated)
             m.violations.update(violations)
             if isinstance(st.subject, MaskSubject) and report.get("masked"):
                 report = {

@@ -22,7 +22,9 @@ __all__ = ["MAX_LINE", "distinctive_tokens", "error_lines"]
 
 MAX_LINE = 300
 
-_TOKEN = re.compile(r"[A-Za-z0-9_./\-]+")
+_CANDIDATE = re.compile(r"[A-Za-z0-9_./\-]*(?:[/_.0-9]|[a-z][A-Z])[A-Za-z0-9_./\-]*")
+"""Runs of token characters holding a separator, a digit or an inner capital: the only
+runs that can be distinctive (plain words are skipped inside the regex engine)."""
 _CAMEL = re.compile(r"[a-z][A-Z]")
 _DIGITS = re.compile(r"\d{2,}")
 _ERROR = re.compile(
@@ -55,7 +57,7 @@ def _distinctive(token: str) -> bool:
 def distinctive_tokens(text: str) -> set[str]:
     """The distinctive strings of ``text`` (see module docstring)."""
     out: set[str] = set()
-    for raw in _TOKEN.findall(text):
+    for raw in _CANDIDATE.findall(text):
         token = raw.rstrip(".-/")
         while token.startswith("./"):
             token = token[2:]

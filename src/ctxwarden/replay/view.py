@@ -156,11 +156,15 @@ class RequestView:
         if hinfo is None:
             hinfo = describe(_header_item(header), self._count, overhead=HEADER_OVERHEAD)
             self._headers[header_key] = hinfo
-        infos = tuple(self.info(item) for item in items_of(request, api))
+        items = items_of(request, api)
         prev = self.prev
         old: tuple[MessageInfo, ...] = prev.messages if prev else ()
-        common = 0
-        limit = min(len(old), len(infos))
+        same = 0
+        limit = min(len(old), len(items))
+        while same < limit and old[same].item is items[same]:
+            same += 1
+        infos = old[:same] + tuple(self.info(item) for item in items[same:])
+        common = same
         while common < limit and (
             old[common] is infos[common] or old[common].key == infos[common].key
         ):
