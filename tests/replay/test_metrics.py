@@ -153,3 +153,14 @@ def test_aggregate_median_total_and_worst(tmp_path: Path) -> None:
     assert a["support"]["worst_session"] == "a"
     assert a["requests"] == 3 + 1
     assert MASK_PLACEHOLDER  # the placeholder is a fixed, non-empty text
+
+
+def test_a_request_the_api_rejects_is_counted(session_file: Path) -> None:
+    def break_json(request: dict[str, Any]) -> dict[str, Any]:
+        msgs = _messages(request)
+        if len(msgs) > 4:
+            msgs[3] = {**msgs[3], "content": 42}  # not valid chat content
+        return {**request, "messages": msgs}
+
+    m = run_replay([session_file], [Scripted("j", break_json)], baselines=[]).subject("j")
+    assert m.sessions[0].violations == {"json": 2}  # requests 2 and 3; nothing else changed
