@@ -163,4 +163,4 @@ def test_a_request_the_api_rejects_is_counted(session_file: Path) -> None:
         return {**request, "messages": msgs}
 
     m = run_replay([session_file], [Scripted("j", break_json)], baselines=[]).subject("j")
-    assert m.sessions[0].violations == {"json": 2}  # requests 2 and 3; nothing else changed
+    assert m.sessions[0].violations == {"json": 1}  # request 3 only; nothing else changed
