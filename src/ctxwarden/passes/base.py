@@ -84,6 +84,8 @@ class PassContext:
     relevant: frozenset[Path]
     """Outputs the recent turns are working on (kept in full by lossy passes)."""
     counter: TokenCounter
+    visible: frozenset[str] = frozenset()
+    """Distinctive strings shown outside tool outputs (the agent's own messages)."""
     tokens_to_save: int | None = None
     """Early-exit target: the pipeline stops once this many tokens are saved."""
     by_path: dict[Path, Segment] = field(default_factory=dict)

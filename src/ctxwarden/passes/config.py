@@ -52,10 +52,10 @@ class NormalizeConfig(PassConfig):
 class MaskConfig(PassConfig):
     """Old outputs outside the recency budget become placeholders (original in store)."""
 
-    min_tokens: int = Field(120, ge=0)
+    min_tokens: int = Field(60, ge=0)
     head_lines: int = Field(3, ge=0, le=200)
     tail_lines: int = Field(3, ge=0, le=200)
-    max_keywords: int = Field(150, ge=0, le=2000)
+    max_keywords: int = Field(80, ge=0, le=2000)
     max_ratio: float = Field(
         0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
     )

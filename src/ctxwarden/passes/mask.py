@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import MaskConfig
-from ctxwarden.passes.placeholder import Digest, build_placeholder
+from ctxwarden.passes.placeholder import Digest, placeholder_parts
 
 __all__ = ["MaskPass"]
 
@@ -31,7 +31,9 @@ class MaskPass:
             tail_lines=config.tail_lines,
             max_keywords=config.max_keywords,
         )
-        self._memo: dict[tuple[str, str, str, int], tuple[str, tuple[str, ...]]] = {}
+        self._memo: dict[
+            tuple[str, str, str, int], tuple[str, tuple[str, ...], tuple[str, ...]]
+        ] = {}
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
@@ -51,11 +53,13 @@ class MaskPass:
             key = (segment.text, segment.tool_name, segment.command, int(segment.is_error))
             built = self._memo.get(key)
             if built is None:
-                built = build_placeholder(segment, ref, self.digest)
+                built = placeholder_parts(segment, ref, self.digest)
                 if len(self._memo) > 20_000:
                     self._memo.clear()
                 self._memo[key] = built
-            text, errors = built
+            body, errors, keywords = built
+            mentions = [w for w in keywords if w not in ctx.visible][: self.digest.max_keywords]
+            text = body + "\n[mentions: " + ", ".join(mentions) + "]" if mentions else body
             tokens = ctx.counter.count_text(text)
             if tokens > self.config.max_ratio * segment.tokens:
                 continue

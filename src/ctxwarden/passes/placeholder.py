@@ -15,12 +15,13 @@ output mentioned, and the reference that recalls the original or any line range:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import distinctive_strings, error_lines, exit_status
 
-__all__ = ["Digest", "build_placeholder", "describe"]
+__all__ = ["Digest", "build_placeholder", "describe", "placeholder_parts"]
 
 _MAX_COMMAND = 120
 
@@ -50,9 +51,29 @@ def _clip(line: str, limit: int) -> str:
 
 
 def build_placeholder(
-    segment: Segment, ref: str, digest: Digest, *, verb: str = "condensed output"
+    segment: Segment,
+    ref: str,
+    digest: Digest,
+    *,
+    verb: str = "condensed output",
+    visible: Collection[str] = (),
 ) -> tuple[str, tuple[str, ...]]:
-    """The placeholder text and the error lines it keeps verbatim."""
+    """The placeholder text and the error lines it keeps verbatim.
+
+    ``visible`` holds strings the request shows elsewhere (the agent's own messages and
+    tool calls); they are not repeated in the mentions list.
+    """
+    body, errors, keywords = placeholder_parts(segment, ref, digest, verb=verb)
+    kept = [w for w in keywords if w not in visible][: digest.max_keywords]
+    if kept:
+        body = body + "\n[mentions: " + ", ".join(kept) + "]"
+    return body, errors
+
+
+def placeholder_parts(
+    segment: Segment, ref: str, digest: Digest, *, verb: str = "condensed output"
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """Header and body, kept error lines, and every candidate mention (unfiltered)."""
     text = segment.text
     lines = text.split("\n")
     n = len(lines)
@@ -80,10 +101,8 @@ def build_placeholder(
     body.extend(e for e in errors if e not in lines[:head_n] and e not in lines[n - tail_n :])
     tail = [_clip(line, digest.max_line_chars) for line in lines[n - tail_n :]] if tail_n else []
     body.extend(tail)
-    visible = "\n".join(body)
-    keywords = [
-        w for w in distinctive_strings(text) if w not in visible and w not in error_set
-    ][: digest.max_keywords]
-    if keywords:
-        body.append("[mentions: " + ", ".join(keywords) + "]")
-    return "\n".join(body), errors
+    shown_text = "\n".join(body)
+    keywords = tuple(
+        w for w in distinctive_strings(text) if w not in shown_text and w not in error_set
+    )
+    return shown_text, errors, keywords

@@ -53,18 +53,27 @@ class PlannerConfig(_Strict):
     """When a compaction step is worth its prompt-cache rewrite."""
 
     floor_tokens: int = Field(128, ge=0, description="No step saves fewer tokens than this.")
-    floor_ratio: float = Field(0.03, ge=0, le=1, description="...nor this share of the request.")
+    floor_ratio: float = Field(0.01, ge=0, le=1, description="...nor this share of the request.")
     price_style: Literal["model", "openai", "anthropic", "conservative"] = Field(
         "conservative",
         description="Cache prices a step is judged by; conservative: both OpenAI and Anthropic.",
     )
-    min_expected_turns: float = Field(3, ge=0, description="Turns a step is expected to serve.")
-    max_expected_turns: float = Field(30, ge=0)
+    min_expected_turns: float = Field(30, ge=0, description="Turns a step is expected to serve.")
+    max_expected_turns: float = Field(60, ge=0)
     lindy_factor: float = Field(
-        0.5, ge=0, description="Expected remaining turns per turn already seen."
+        1.0, ge=0, description="Expected remaining turns per turn already seen."
+    )
+    free_rewrite_tokens: int = Field(
+        800,
+        ge=0,
+        description="A step that re-sends at most this many cached tokens besides the "
+        "segments it condenses needs no ledger margin.",
     )
     max_session_deficit: float = Field(
-        0.01, ge=0, le=1, description="A step may not make the session dearer than exact by more."
+        0.015,
+        ge=0,
+        le=1,
+        description="Larger steps may not make the session dearer than exact by more.",
     )
 
 
@@ -79,17 +88,22 @@ class PipelineConfig(_Strict):
     """Every pass's settings, the recency budget and the planner."""
 
     order: tuple[PassName, ...] = PASS_NAMES
-    recency_tokens: int = Field(3000, ge=0, description="Newest tool output tokens kept in full.")
+    recency_tokens: int = Field(
+        0,
+        ge=0,
+        description="Tool output tokens kept in full beyond the newest outputs. Every token "
+        "here is re-sent uncached at each step, so the default relies on relevance instead.",
+    )
     keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs always kept.")
     relevance_turns: int = Field(
-        2, ge=0, description="Outputs about files the last N actions touch stay in full."
+        1, ge=0, description="Outputs about files the last N actions touch stay in full."
     )
     dedupe: DedupeConfig = DedupeConfig()
     supersede: SupersedeConfig = SupersedeConfig()
     normalize: NormalizeConfig = NormalizeConfig()
     truncate: TruncateConfig = TruncateConfig()
     mask: MaskConfig = MaskConfig()
-    summarize: SummarizeConfig = SummarizeConfig()
+    summarize: SummarizeConfig = SummarizeConfig(enabled=True, min_tokens=80)
     planner: PlannerConfig = PlannerConfig()
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
 
@@ -103,11 +117,10 @@ PRESETS: dict[str, PipelineConfig] = {
     ),
     "balanced": PipelineConfig(),
     "aggressive": PipelineConfig(
-        recency_tokens=1200,
-        relevance_turns=1,
-        mask=MaskConfig(min_tokens=60, head_lines=2, tail_lines=2, max_keywords=80),
-        summarize=SummarizeConfig(enabled=True, min_tokens=150),
-        planner=PlannerConfig(lindy_factor=1.0, max_session_deficit=0.02),
+        relevance_turns=0,
+        mask=MaskConfig(min_tokens=40, head_lines=2, tail_lines=2, max_keywords=40),
+        summarize=SummarizeConfig(enabled=True, min_tokens=60, keep_sentences=1),
+        planner=PlannerConfig(free_rewrite_tokens=1500, max_session_deficit=0.03),
     ),
 }
 

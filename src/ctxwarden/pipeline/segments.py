@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ctxwarden.model.classify import protected_message_indexes
@@ -9,7 +10,7 @@ from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import Segment
 from ctxwarden.pipeline.presets import PipelineConfig
-from ctxwarden.signals import command_of, paths_in
+from ctxwarden.signals import command_of, distinctive_strings, paths_in
 from ctxwarden.tokens.counter import TokenCounter
 
 __all__ = ["SegmentView", "segment_view"]
@@ -23,6 +24,8 @@ class SegmentView:
     eligible: frozenset[Path]
     recent: frozenset[Path]
     relevant: frozenset[Path]
+    visible: frozenset[str] = frozenset()
+    """Distinctive strings of the agent's own messages and tool calls."""
 
 
 def segment_view(
@@ -35,11 +38,13 @@ def segment_view(
     eligible: set[Path] = set()
     positions = {"tool_output": 0, "assistant_text": 0, "user_text": 0}
     recent_commands: list[str] = []
+    visible: set[str] = set()
     for i, message in enumerate(conversation.messages):
         for part in message.parts:
             if isinstance(part, ToolCallPart):
                 calls[part.call_id] = part
                 recent_commands.append(command_of(part.arguments))
+                visible |= _words(part.arguments)
             elif isinstance(part, ToolResultPart):
                 call = calls.get(part.call_id)
                 name = call.name if call else ""
@@ -70,6 +75,7 @@ def segment_view(
                         eligible.add(sub.path)
             elif isinstance(part, TextPart) and message.role in ("assistant", "user"):
                 kind = "assistant_text" if message.role == "assistant" else "user_text"
+                visible |= _words(part.text)
                 segments.append(
                     Segment(
                         path=part.path,
@@ -88,7 +94,13 @@ def segment_view(
         eligible=frozenset(eligible),
         recent=_recent(segments, config),
         relevant=_relevant(segments, recent_commands, config),
+        visible=frozenset(visible),
     )
+
+
+@functools.lru_cache(maxsize=65536)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(distinctive_strings(text))
 
 
 def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
