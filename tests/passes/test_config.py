@@ -1,0 +1,158 @@
+"""Each pass's config model is strict and bounded; the pipeline names bad keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from ctxwarden import ConfigError, Engine, EngineConfig
+from ctxwarden.passes.config import (
+    DedupeConfig,
+    MaskConfig,
+    NormalizeConfig,
+    SummarizeConfig,
+    SupersedeConfig,
+    TruncateConfig,
+)
+from ctxwarden.pipeline.presets import PRESETS, PipelineConfig, build_passes, resolve_pipeline
+
+CONFIGS: dict[str, type[BaseModel]] = {
+    "dedupe": DedupeConfig,
+    "supersede": SupersedeConfig,
+    "normalize": NormalizeConfig,
+    "truncate": TruncateConfig,
+    "mask": MaskConfig,
+    "summarize": SummarizeConfig,
+}
+
+# (pass, field, bad value): each is out of the field's documented bounds or type.
+BAD_VALUES: list[tuple[str, str, Any]] = [
+    ("dedupe", "min_tokens", -1),
+    ("dedupe", "enabled", "sometimes"),
+    ("dedupe", "min_band", "severe"),
+    ("supersede", "keep_newest", 0),
+    ("supersede", "keep_newest", 21),
+    ("supersede", "file_reads", [1]),
+    ("normalize", "repeat_run", 1),
+    ("normalize", "min_saving_tokens", -5),
+    ("truncate", "max_bytes", 0),
+    ("truncate", "max_lines", -1),
+    ("truncate", "head_lines", -1),
+    ("mask", "min_tokens", -1),
+    ("mask", "head_lines", 201),
+    ("mask", "max_keywords", 2001),
+    ("mask", "max_ratio", 0),
+    ("mask", "max_ratio", 1.5),
+    ("summarize", "keep_sentences", 0),
+    ("summarize", "keep_sentences", 21),
+    ("summarize", "min_tokens", "many"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_defaults_validate_and_are_frozen(name: str) -> None:
+    model = CONFIGS[name]()
+    with pytest.raises(ValidationError):
+        model.enabled = False  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_unknown_key_is_rejected(name: str) -> None:
+    with pytest.raises(ValidationError, match="extra"):
+        CONFIGS[name].model_validate({"min_tokenz": 10})
+
+
+@pytest.mark.parametrize(("name", "key", "value"), BAD_VALUES)
+def test_bad_value_is_rejected_by_the_model(name: str, key: str, value: Any) -> None:
+    with pytest.raises(ValidationError) as info:
+        CONFIGS[name].model_validate({key: value})
+    assert info.value.errors()[0]["loc"][0] == key
+
+
+@pytest.mark.parametrize(("name", "key", "value"), BAD_VALUES)
+def test_resolve_pipeline_names_the_bad_key(name: str, key: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("balanced", {name: {key: value}})
+    assert info.value.key == f"pipeline.{name}.{key}"
+    assert str(info.value).startswith(f"pipeline.{name}.{key}:")
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_resolve_pipeline_rejects_unknown_pass_key(name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("aggressive", {name: {"no_such_setting": 1}})
+    assert info.value.key == f"pipeline.{name}.no_such_setting"
+
+
+def test_resolve_pipeline_rejects_unknown_top_level_and_planner_keys() -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("balanced", {"maks": {"min_tokens": 1}})
+    assert info.value.key == "pipeline.maks"
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("balanced", {"planner": {"floor_ratio": 2}})
+    assert info.value.key == "pipeline.planner.floor_ratio"
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("balanced", {"order": ["mask", "shrink"]})
+    assert info.value.key.startswith("pipeline.order")
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("balanced", {"tools": {"bash": {"exclude": "yes please"}}})
+    assert info.value.key == "pipeline.tools.bash.exclude"
+
+
+def test_unknown_preset_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("reckless", {})
+    assert info.value.key == "preset"
+
+
+def test_engine_reports_bad_pipeline_config_as_config_error() -> None:
+    engine = Engine(
+        EngineConfig(store={"backend": "memory"}, pipeline={"mask": {"min_tokens": -3}})
+    )  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as info:
+        _ = engine.condenser
+    assert info.value.key == "pipeline.mask.min_tokens"
+
+
+def test_overrides_deep_merge_into_the_preset() -> None:
+    merged = resolve_pipeline("conservative", {"mask": {"head_lines": 9}})
+    base = PRESETS["conservative"]
+    assert merged.mask.head_lines == 9
+    # Untouched siblings keep the preset's values, not the model defaults.
+    assert merged.mask.min_tokens == base.mask.min_tokens
+    assert merged.mask.tail_lines == base.mask.tail_lines
+    assert merged.recency_tokens == base.recency_tokens
+    assert merged.order == base.order
+
+
+def test_no_overrides_returns_the_preset_itself() -> None:
+    for name, preset in PRESETS.items():
+        assert resolve_pipeline(name, {}) == preset
+        assert isinstance(preset, PipelineConfig)
+
+
+def test_presets_differ_in_aggressiveness() -> None:
+    c, b, a = PRESETS["conservative"], PRESETS["balanced"], PRESETS["aggressive"]
+    assert c.recency_tokens >= b.recency_tokens >= a.recency_tokens
+    assert c.mask.min_tokens >= b.mask.min_tokens >= a.mask.min_tokens
+    assert c.mask.min_tokens > a.mask.min_tokens
+    assert a.summarize.enabled
+    assert c != b != a
+
+
+def test_build_passes_follows_order_and_enabled() -> None:
+    config = resolve_pipeline(
+        "balanced",
+        {
+            "order": ["mask", "dedupe", "summarize"],
+            "dedupe": {"enabled": False},
+            "summarize": {"enabled": True},
+        },
+    )
+    assert [p.name for p in build_passes(config)] == ["mask", "summarize"]
+    off = resolve_pipeline("balanced", {"order": ["summarize"], "summarize": {"enabled": False}})
+    assert build_passes(off) == []
+    aggressive = build_passes(PRESETS["aggressive"])
+    assert [p.name for p in aggressive] == list(PRESETS["aggressive"].order)

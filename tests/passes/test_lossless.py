@@ -1,0 +1,249 @@
+"""Lossless passes on hand-made conversations: dedupe, supersede, normalize."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxwarden.passes.config import DedupeConfig, NormalizeConfig, SupersedeConfig
+from ctxwarden.passes.dedupe import DedupePass
+from ctxwarden.passes.normalize import NormalizePass, normalize_text
+from ctxwarden.passes.supersede import SupersedePass, action_key
+from ctxwarden.signals import error_lines
+from tests.passes.convo import (
+    FORCE,
+    call,
+    context,
+    lines_of,
+    make_engine,
+    refs_in,
+    request,
+    result,
+    segment_at,
+)
+
+# -- dedupe ---------------------------------------------------------------------------
+
+
+def _dup_request() -> dict[str, object]:
+    listing = lines_of("alpha", 60)
+    return request(
+        call("c1", "ls -R src"),
+        result("c1", listing),
+        call("c2", "git status"),
+        result("c2", lines_of("beta", 5)),
+        call("c3", "find src -type f"),
+        result("c3", listing),
+    )
+
+
+def test_dedupe_replaces_later_copy_with_note_naming_the_first() -> None:
+    ctx, _ = context(_dup_request())
+    out = DedupePass(DedupeConfig())(ctx, {})
+    first, later = segment_at(ctx, 3), segment_at(ctx, 7)
+    assert set(out) == {later.path}
+    rep = out[later.path]
+    assert rep.lossless and rep.transform == "dedupe"
+    assert rep.witness == first.path
+    assert "message #3" in rep.text and "ls -R src" in rep.text
+    (ref,) = refs_in(rep.text)
+    assert rep.originals == ((ref, later.text),)
+
+
+def test_dedupe_ref_recalls_the_exact_original_through_the_engine() -> None:
+    wire = _dup_request()
+    engine = make_engine(pipeline={**FORCE, "order": ["dedupe"]})
+    res = engine.condense(wire)
+    messages = res.request["messages"]
+    original = wire["messages"][7]["content"]  # type: ignore[index]
+    assert messages[3]["content"] == original  # the first copy stays
+    assert messages[7]["content"] != original
+    (ref,) = refs_in(messages[7]["content"])
+    assert engine.recall(ref) == original
+    assert res.report["transforms"]["dedupe"]["count"] == 1
+
+
+def test_dedupe_respects_min_tokens_and_leaves_distinct_outputs() -> None:
+    ctx, _ = context(_dup_request())
+    assert DedupePass(DedupeConfig(min_tokens=10_000))(ctx, {}) == {}
+    distinct = request(
+        call("c1", "a"),
+        result("c1", lines_of("x", 40)),
+        call("c2", "b"),
+        result("c2", lines_of("y", 40)),
+    )
+    ctx2, _ = context(distinct)
+    assert DedupePass(DedupeConfig())(ctx2, {}) == {}
+
+
+def test_dedupe_never_touches_a_duplicate_in_the_newest_messages() -> None:
+    listing = lines_of("alpha", 60)
+    wire = request(call("c1", "ls"), result("c1", listing))
+    wire["messages"] += [call("c9", "ls again"), result("c9", listing)]
+    ctx, _ = context(wire)
+    newest = segment_at(ctx, len(wire["messages"]) - 1)
+    assert newest.path not in ctx.eligible
+    assert newest.path not in DedupePass(DedupeConfig())(ctx, {})
+
+
+# -- supersede ------------------------------------------------------------------------
+
+
+def _rerun_request() -> dict[str, object]:
+    old = lines_of(
+        "run1",
+        40,
+        extra=(
+            "FAILED tests/test_a.py::test_one - AssertionError",
+            "FAILED tests/test_b.py::test_two - KeyError: 'k'",
+        ),
+    )
+    new = lines_of("run2", 40, extra=("FAILED tests/test_a.py::test_one - AssertionError",))
+    return request(
+        call("c1", "pytest -q"),
+        result("c1", old),
+        call("c2", "sed -n 1,20p src/a.py"),
+        result("c2", lines_of("src", 10)),
+        call("c3", "pytest   -q"),
+        result("c3", new),
+    )
+
+
+def test_supersede_replaces_older_run_and_keeps_differing_error_lines() -> None:
+    ctx, _ = context(_rerun_request())
+    out = SupersedePass(SupersedeConfig())(ctx, {})
+    older, newer = segment_at(ctx, 3), segment_at(ctx, 7)
+    assert set(out) == {older.path}
+    rep = out[older.path]
+    assert rep.witness == newer.path
+    assert "message #7" in rep.text and "pytest -q" in rep.text
+    (ref,) = refs_in(rep.text)
+    assert rep.originals == ((ref, older.text),)
+    # The error line the newer run also shows is dropped; the one it lost is kept.
+    assert rep.kept_lines == ("FAILED tests/test_b.py::test_two - KeyError: 'k'",)
+    assert "FAILED tests/test_b.py::test_two - KeyError: 'k'" in rep.text.split("\n")
+    for line in error_lines(older.text):
+        assert line in rep.text or line in newer.text
+
+
+def test_supersede_through_engine_keeps_every_error_visible_and_recallable() -> None:
+    wire = _rerun_request()
+    engine = make_engine(pipeline={**FORCE, "order": ["supersede"]})
+    res = engine.condense(wire)
+    sent = res.request["messages"]
+    original = wire["messages"][3]["content"]  # type: ignore[index]
+    assert sent[3]["content"] != original
+    assert sent[7]["content"] == wire["messages"][7]["content"]  # type: ignore[index]
+    whole = "\n".join(str(m.get("content")) for m in sent)
+    for line in error_lines(original):
+        assert line in whole
+    (ref,) = refs_in(sent[3]["content"])
+    assert engine.recall(ref) == original
+    assert engine.recall(ref, "41-42") == "\n".join(original.split("\n")[40:42])
+
+
+def test_supersede_treats_full_file_reads_as_the_same_action() -> None:
+    wire = request(
+        call("c1", "cat ./src/app.py"),
+        result("c1", lines_of("v1", 40)),
+        call("c2", "nl -ba src/app.py"),
+        result("c2", lines_of("v2", 40)),
+    )
+    ctx, _ = context(wire)
+    assert action_key(segment_at(ctx, 3), True) == action_key(segment_at(ctx, 5), True)
+    out = SupersedePass(SupersedeConfig())(ctx, {})
+    assert set(out) == {segment_at(ctx, 3).path}
+    assert SupersedePass(SupersedeConfig(file_reads=False))(ctx, {}) == {}
+
+
+def test_retry_loop_keeps_the_newest_k_attempts() -> None:
+    attempts = []
+    for k in range(5):
+        text = lines_of(f"try{k}", 30, extra=(f"Error: connection refused attempt {k}",))
+        attempts += [call(f"c{k}", "curl http://svc:8080/health"), result(f"c{k}", text)]
+    wire = request(*attempts)
+    ctx, _ = context(wire)
+    tool_segments = [s for s in ctx.segments if s.kind == "tool_output"]
+    for keep in (1, 2, 3):
+        out = SupersedePass(SupersedeConfig(keep_newest=keep))(ctx, {})
+        replaced = [s for s in tool_segments if s.path in out]
+        assert replaced == tool_segments[: len(tool_segments) - keep]
+        for seg in replaced:
+            err = error_lines(seg.text)[0]
+            assert err in out[seg.path].text  # not shown by the newest: kept verbatim
+
+
+def test_supersede_leaves_identical_reruns_and_different_commands() -> None:
+    same = lines_of("same", 30)
+    wire = request(
+        call("c1", "make"),
+        result("c1", same),
+        call("c2", "make"),
+        result("c2", same),
+        call("c3", "make test"),
+        result("c3", lines_of("t", 30)),
+    )
+    ctx, _ = context(wire)
+    assert SupersedePass(SupersedeConfig())(ctx, {}) == {}
+
+
+# -- normalize ------------------------------------------------------------------------
+
+ESC = "\x1b"
+
+
+def _noisy() -> str:
+    lines = [f"{ESC}[32mPASSED{ESC}[0m test_{i} in module_{i}.py   " for i in range(20)]
+    bar = "\r".join(f"Downloading [{'#' * k}{' ' * (20 - k)}] {k * 5}%" for k in range(21))
+    repeated = ["WARNING: deprecated call in legacy.py"] * 30
+    return "\n".join([*lines, bar, *repeated, "done"])
+
+
+def test_normalize_text_strips_ansi_progress_and_repeats() -> None:
+    out = normalize_text(_noisy())
+    assert ESC not in out and "\r" not in out
+    assert "Downloading [####################] 100%" in out
+    assert "Downloading [#" + " " * 19 not in out
+    assert out.count("WARNING: deprecated call in legacy.py") == 1
+    assert "repeated 29 more times" in out
+    assert not any(line != line.rstrip() for line in out.split("\n"))
+    assert normalize_text(out) == out  # idempotent
+
+
+def test_normalize_minifies_pretty_json_and_keeps_its_value() -> None:
+    import json
+
+    data = {"items": [{"id": i, "name": f"item_{i}"} for i in range(5)]}
+    out = normalize_text(json.dumps(data, indent=2))
+    assert "\n" not in out and json.loads(out) == data
+    assert normalize_text(json.dumps(data, indent=2), minify_json=False) != out
+
+
+def test_normalize_pass_refs_exact_original() -> None:
+    noisy = _noisy()
+    wire = request(call("c1", "pytest --color=yes"), result("c1", noisy))
+    engine = make_engine(pipeline={**FORCE, "order": ["normalize"]})
+    res = engine.condense(wire)
+    sent = res.request["messages"][3]["content"]
+    assert sent.startswith(normalize_text(noisy))
+    assert "normalized" in sent
+    (ref,) = refs_in(sent)
+    assert engine.recall(ref) == noisy
+    assert res.report["transforms"]["normalize"]["count"] == 1
+
+
+def test_normalize_pass_skips_clean_text_and_small_savings() -> None:
+    wire = request(call("c1", "ls"), result("c1", lines_of("clean", 40)))
+    ctx, _ = context(wire)
+    assert NormalizePass(NormalizeConfig())(ctx, {}) == {}
+    noisy = request(call("c1", "ls"), result("c1", _noisy()))
+    ctx2, _ = context(noisy)
+    assert NormalizePass(NormalizeConfig())(ctx2, {})
+    assert NormalizePass(NormalizeConfig(min_saving_tokens=100_000))(ctx2, {}) == {}
+
+
+@pytest.mark.parametrize("run", [2, 4, 8])
+def test_normalize_repeat_run_threshold(run: int) -> None:
+    text = "\n".join(["x = compute_value(1)"] * (run - 1) + ["end"])
+    assert normalize_text(text, repeat_run=run) == text
+    longer = "\n".join(["x = compute_value(1)"] * run + ["end"])
+    assert "repeated" in normalize_text(longer, repeat_run=run)

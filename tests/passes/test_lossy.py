@@ -1,0 +1,255 @@
+"""Lossy passes on hand-made conversations: mask, truncate, summarize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxwarden.passes.config import MaskConfig, SummarizeConfig, TruncateConfig
+from ctxwarden.passes.mask import MaskPass
+from ctxwarden.passes.summarize import SummarizePass, extract_summary
+from ctxwarden.passes.truncate import TruncatePass
+from ctxwarden.pipeline.presets import resolve_pipeline
+from ctxwarden.signals import error_lines
+from tests.passes.convo import (
+    FORCE,
+    call,
+    context,
+    lines_of,
+    make_engine,
+    refs_in,
+    request,
+    result,
+    segment_at,
+)
+
+# -- mask -----------------------------------------------------------------------------
+
+ERRORS = (
+    "Traceback (most recent call last):",
+    '  File "src/io_utils.py", line 88, in read_config',
+    "KeyError: 'database_url'",
+)
+
+
+def _pytest_output() -> str:
+    head = ["<returncode>1</returncode>", "===== test session starts ====="]
+    body = [
+        f"case {i} of the suite passed without anything worth reporting here" for i in range(80)
+    ]
+    body[50] = "collected fixture frobnicate_widget from conftest.py and it passed as well"
+    return "\n".join([*head, *body[:40], *ERRORS, *body[40:], "1 failed, 80 passed"])
+
+
+def _mask_request() -> dict[str, Any]:
+    return request(
+        call("c1", "pytest -q tests"),
+        result("c1", _pytest_output()),
+        call("c2", "git log --oneline -3"),
+        result("c2", "a1 one\nb2 two\nc3 three"),
+    )
+
+
+def test_mask_placeholder_keeps_header_errors_head_tail_and_mentions() -> None:
+    ctx, _ = context(_mask_request())
+    out = MaskPass(MaskConfig())(ctx, {})
+    seg = segment_at(ctx, 3)
+    assert seg.path in out
+    rep = out[seg.path]
+    lines = rep.text.split("\n")
+    header = lines[0]
+    assert "bash `pytest -q tests`" in header
+    assert "exit 1" in header
+    total = seg.text.count("\n") + 1
+    assert f"{total:,} lines" in header and f"{seg.tokens:,} tokens" in header
+    (ref,) = refs_in(header)
+    assert rep.originals == ((ref, seg.text),)
+    original = seg.text.split("\n")
+    assert lines[1:4] == original[:3]  # head
+    assert original[-3:] == [ln for ln in lines if ln in original[-3:]][-3:]  # tail
+    for err in error_lines(seg.text):
+        assert err in lines  # verbatim, on its own line
+    assert set(rep.kept_lines) == set(error_lines(seg.text))
+    mentions = next(ln for ln in lines if ln.startswith("[mentions: "))
+    assert "frobnicate_widget" in mentions
+
+
+def test_mask_ref_recalls_the_original_and_line_ranges() -> None:
+    wire = _mask_request()
+    engine = make_engine(pipeline={**FORCE, "order": ["mask"]})
+    res = engine.condense(wire)
+    original = wire["messages"][3]["content"]
+    sent = res.request["messages"][3]["content"]
+    assert sent != original
+    (ref,) = refs_in(sent.split("\n")[0])
+    assert engine.recall(ref) == original
+    assert engine.recall(ref, "10-12") == "\n".join(original.split("\n")[9:12])
+    assert engine.recall(ref, "5") == original.split("\n")[4]
+    assert ref in res.report["references"]
+
+
+def test_mask_leaves_recent_relevant_and_small_outputs() -> None:
+    wire = _mask_request()
+    ctx, _ = context(wire, resolve_pipeline("balanced", {"recency_tokens": 3000}))
+    seg = segment_at(ctx, 3)
+    assert seg.path in ctx.recent  # inside a 3000-token recency budget
+    assert seg.path not in MaskPass(MaskConfig())(ctx, {})
+    assert MaskPass(MaskConfig(min_tokens=100_000))(context(wire)[0], {}) == {}
+    # Relevance: the last action touches the file the old output was about.
+    relevant = request(
+        call("c1", "cat src/io_utils.py"),
+        result("c1", lines_of("io", 80)),
+        call("c2", "sed -i s/a/b/ src/io_utils.py"),
+        result("c2", ""),
+    )
+    ctx2, _ = context(relevant, resolve_pipeline("balanced", {**FORCE, "relevance_turns": 1}))
+    seg2 = segment_at(ctx2, 3)
+    assert seg2.path in ctx2.relevant
+    assert seg2.path not in MaskPass(MaskConfig())(ctx2, {})
+
+
+def test_mask_recency_budget_is_in_tokens_not_counts() -> None:
+    turns: list[dict[str, Any]] = []
+    for k in range(6):
+        turns += [call(f"c{k}", f"step {k}"), result(f"c{k}", lines_of(f"s{k}", 40))]
+    wire = request(*turns)
+    tokens = context(wire)[0].segments
+    one = next(s for s in tokens if s.kind == "tool_output").tokens
+    cfg = resolve_pipeline("balanced", {**FORCE, "recency_tokens": one * 2 + 1})
+    ctx, _ = context(wire, cfg)
+    outputs = [s for s in ctx.segments if s.kind == "tool_output"]
+    assert [s.path in ctx.recent for s in outputs] == [False] * 4 + [True] * 2
+    out = MaskPass(MaskConfig())(ctx, {})
+    assert [s.path in out for s in outputs] == [True] * 4 + [False] * 2
+
+
+def test_mask_early_exit_stops_once_target_is_saved() -> None:
+    turns: list[dict[str, Any]] = []
+    for k in range(5):
+        turns += [call(f"c{k}", f"step {k}"), result(f"c{k}", lines_of(f"s{k}", 60))]
+    ctx, _ = context(request(*turns))
+    everything = MaskPass(MaskConfig())(ctx, {})
+    assert len(everything) == 4  # the newest output is always kept (keep_newest_outputs)
+    ctx.tokens_to_save = 1
+    assert len(MaskPass(MaskConfig())(ctx, {})) == 1
+
+
+def test_mask_never_eligible_for_newest_messages() -> None:
+    wire = _mask_request()
+    wire["messages"] += [call("c9", "pytest -q"), result("c9", _pytest_output())]
+    ctx, _ = context(wire)
+    newest = segment_at(ctx, len(wire["messages"]) - 1)
+    assert newest.path not in MaskPass(MaskConfig())(ctx, {})
+
+
+# -- truncate -------------------------------------------------------------------------
+
+
+def _huge(lines: int, width: int = 10) -> str:
+    rows = [f"{i:06d} " + "x" * width for i in range(lines)]
+    rows[lines // 2] = "src/core.c:1201:7: error: use of undeclared identifier 'cfg'"
+    return "\n".join(rows)
+
+
+def test_truncate_cuts_outputs_over_the_line_limit_even_when_recent() -> None:
+    big = _huge(2500)
+    wire = request(call("c1", "make -j8"), result("c1", big))
+    cfg = resolve_pipeline("balanced", {})
+    ctx, _ = context(wire, cfg)
+    seg = segment_at(ctx, 3)
+    assert seg.path in ctx.recent  # recent, yet over the guardrail
+    out = TruncatePass(cfg.truncate)(ctx, {})
+    rep = out[seg.path]
+    lines = rep.text.split("\n")
+    assert "truncated output" in lines[0] and "2,500 lines" in lines[0]
+    assert lines[1 : 1 + 60] == big.split("\n")[:60]
+    assert lines[-40:] == big.split("\n")[-40:] or lines[-41:-1] == big.split("\n")[-40:]
+    assert "src/core.c:1201:7: error: use of undeclared identifier 'cfg'" in lines
+    (ref,) = refs_in(lines[0])
+    assert rep.originals == ((ref, big),)
+
+
+def test_truncate_cuts_outputs_over_the_byte_limit() -> None:
+    wide = _huge(400, width=150)  # ~63 KB in 400 lines
+    assert len(wide.encode()) > 50_000
+    ctx, _ = context(request(call("c1", "cat data.csv"), result("c1", wide)))
+    assert segment_at(ctx, 3).path in TruncatePass(TruncateConfig())(ctx, {})
+    assert TruncatePass(TruncateConfig(max_bytes=10**7))(ctx, {}) == {}
+
+
+def test_truncate_leaves_outputs_under_limits() -> None:
+    ctx, _ = context(request(call("c1", "make"), result("c1", _huge(1999))))
+    assert TruncatePass(TruncateConfig())(ctx, {}) == {}
+
+
+def test_truncate_never_touches_the_newest_output() -> None:
+    big = _huge(3000)
+    wire = request(call("c1", "make"), result("c1", big))
+    wire["messages"] += [call("c2", "make again"), result("c2", big + "\nmore")]
+    engine = make_engine()  # balanced defaults
+    res = engine.condense(wire)
+    assert res.request["messages"][-1] == wire["messages"][-1]
+    sent = res.request["messages"][3]["content"]
+    assert sent != big and "truncated output" in sent
+    (ref,) = refs_in(sent.split("\n")[0])
+    assert engine.recall(ref) == big
+    assert engine.recall(ref, "1500-1502") == "\n".join(big.split("\n")[1499:1502])
+
+
+# -- summarize ------------------------------------------------------------------------
+
+
+def _prose(tag: str) -> str:
+    sentences = [f"I looked at part {i} of the {tag} module and it seemed fine." for i in range(40)]
+    return (
+        " ".join(sentences[:20])
+        + "\nThe fix goes in src/pkg/io.py next.\n"
+        + ("ValueError: bad header in parse_header\n" + " ".join(sentences[20:]))
+    )
+
+
+def _summary_request() -> dict[str, Any]:
+    return request(
+        {"role": "assistant", "content": _prose("alpha")},
+        {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "assistant", "content": "c"},
+        {"role": "assistant", "content": "d"},
+    )
+
+
+def test_extract_summary_keeps_lead_paths_and_errors() -> None:
+    text = _prose("alpha")
+    summary, errors = extract_summary(text, keep_sentences=2)
+    assert summary.startswith("I looked at part 0 of the alpha module and it seemed fine.")
+    assert "part 5 " not in summary
+    assert "The fix goes in src/pkg/io.py next." in summary
+    assert errors == ("ValueError: bad header in parse_header",)
+    assert errors[0] in summary
+
+
+def test_summarize_condenses_old_prose() -> None:
+    wire = _summary_request()
+    ctx, _ = context(wire)
+    seg = segment_at(ctx, 2)
+    assert seg.path not in ctx.recent  # older than the newest four assistant texts
+    out = SummarizePass(SummarizeConfig(enabled=True, min_tokens=100))(ctx, {})
+    assert set(out) == {seg.path}
+    rep = out[seg.path]
+    assert "summarized" in rep.text
+    (ref,) = refs_in(rep.text)
+    assert rep.originals == ((ref, seg.text),)
+
+
+def test_summarize_through_engine_when_enabled() -> None:
+    wire = _summary_request()
+    off = make_engine(pipeline={**FORCE, "summarize": {"enabled": False}}).condense(wire)
+    assert off.request["messages"][2] == wire["messages"][2]
+    engine = make_engine(pipeline={**FORCE, "summarize": {"enabled": True, "min_tokens": 100}})
+    on = engine.condense(wire)
+    sent = on.request["messages"][2]["content"]
+    assert sent != wire["messages"][2]["content"]
+    assert "ValueError: bad header in parse_header" in sent
+    (ref,) = refs_in(sent)
+    assert engine.recall(ref) == wire["messages"][2]["content"]
+    assert on.report["transforms"]["summarize"]["count"] == 1

@@ -1,0 +1,192 @@
+"""The whole engine over real sessions: determinism across replicas and restarts, cache
+stability between compaction steps, recall, modes and what the report may contain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.io import bundled_sessions, load_session, session_requests
+from ctxwarden.store import MemoryStore, SqliteStore
+from tests.passes.convo import FORCE, call, dumps, lines_of, make_engine, request, result
+from tests.passes.strategies import check_invariants
+
+SESSIONS = bundled_sessions()
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "balanced": ("balanced", {}),
+    "forced": ("balanced", FORCE),
+}
+
+
+def _requests(path: Path) -> list[dict[str, Any]]:
+    return [r for r, _ in session_requests(load_session(path))]
+
+
+def _run(engine: Engine, requests: list[dict[str, Any]]) -> list[bytes]:
+    return [dumps(engine.condense(r, session="s1").request) for r in requests]
+
+
+def _sqlite_engine(path: Path, preset: str, pipeline: dict[str, Any]) -> Engine:
+    return make_engine(preset, pipeline, store=SqliteStore(path))
+
+
+def test_bundled_sessions_are_present() -> None:
+    assert len(SESSIONS) >= 2
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("session", SESSIONS[:2], ids=lambda p: p.name[:40])
+def test_two_replicas_sharing_a_store_give_identical_bytes(
+    tmp_path: Path, session: Path, config: str
+) -> None:
+    preset, pipeline = CONFIGS[config]
+    requests = _requests(session)
+    reference = _sqlite_engine(tmp_path / "ref.sqlite3", preset, pipeline)
+    expected = _run(reference, requests)
+    reference.close()
+    shared = tmp_path / "shared.sqlite3"
+    a = _sqlite_engine(shared, preset, pipeline)
+    b = _sqlite_engine(shared, preset, pipeline)
+    # Replicas behind a load balancer: turns alternate between the two engines.
+    got = [
+        dumps((a if k % 2 == 0 else b).condense(r, session="s1").request)
+        for k, r in enumerate(requests)
+    ]
+    a.close()
+    b.close()
+    assert got == expected
+    if config == "forced":
+        assert sum(g != dumps(r) for g, r in zip(got, requests, strict=True)) > len(got) // 2
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_restart_on_the_same_store_continues_identically(tmp_path: Path, config: str) -> None:
+    preset, pipeline = CONFIGS[config]
+    requests = _requests(SESSIONS[1])
+    reference = _sqlite_engine(tmp_path / "ref.sqlite3", preset, pipeline)
+    expected = _run(reference, requests)
+    reference.close()
+    path = tmp_path / "store.sqlite3"
+    half = len(requests) // 2
+    first = _sqlite_engine(path, preset, pipeline)
+    got = _run(first, requests[:half])
+    first.close()
+    second = _sqlite_engine(path, preset, pipeline)
+    got += _run(second, requests[half:])
+    second.close()
+    assert got == expected
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("session", SESSIONS, ids=lambda p: p.name[:40])
+def test_cache_prefix_is_stable_between_compaction_steps(session: Path, config: str) -> None:
+    preset, pipeline = CONFIGS[config]
+    engine = make_engine(preset, pipeline)
+    previous: list[Any] | None = None
+    steps = quiet = 0
+    for req in _requests(session):
+        res = engine.condense(req, session="s1")
+        assert res.report["fallback_reason"] is None
+        check_invariants(engine, req, res.request)
+        sent = res.request["messages"]
+        if previous is not None:
+            if res.report["compaction_step"]:
+                steps += 1
+            else:
+                quiet += 1
+                assert dumps(sent[: len(previous)]) == dumps(previous)
+        previous = sent
+    assert quiet > 0
+    if config == "forced":
+        assert steps > 0
+
+
+def test_every_reported_reference_recalls_its_original() -> None:
+    engine = make_engine("balanced", FORCE)
+    originals: set[str] = set()
+    for req in _requests(SESSIONS[0]):
+        res = engine.condense(req, session="s1")
+        originals.update(m["content"] for m in req["messages"] if isinstance(m.get("content"), str))
+        for ref in res.report["references"]:
+            text = engine.recall(ref)
+            assert text in originals
+            n = text.count("\n") + 1
+            assert engine.recall(ref, f"1-{n}") == text
+            assert engine.recall(ref, f"{n}-{n + 5}") == text.split("\n")[-1]
+    assert res.report["references"]
+
+
+# -- modes ----------------------------------------------------------------------------
+
+
+def _condensable() -> dict[str, Any]:
+    errs = ("Traceback (most recent call last):", "KeyError: 'zebra_quux_8123'")
+    return request(
+        call("c1", "pytest -q tests/test_zebra_quux.py"),
+        result("c1", lines_of("zebraquux", 80, extra=errs)),
+        call("c2", "cat notes_zebra_quux.txt"),
+        result("c2", lines_of("zebraquux", 80)),
+        tail="now fix zebra_quux_8123",
+    )
+
+
+def test_exact_mode_returns_the_input_unchanged() -> None:
+    wire = _condensable()
+    before = dumps(wire)
+    store = MemoryStore()
+    engine = make_engine("aggressive", FORCE, store=store)
+    res = engine.condense(wire, mode="exact")
+    assert dumps(res.request) == before == dumps(wire)
+    assert not res.changed and res.report["transforms"] == {}
+    assert store.stats()["artifacts"] == 0 and store.stats()["sessions"] == 0
+    configured = make_engine("aggressive", FORCE, mode="exact").condense(wire)
+    assert dumps(configured.request) == before and not configured.changed
+    # The same engine does condense when asked for active mode (the test is not vacuous).
+    assert engine.condense(wire, mode="active").changed
+
+
+def test_shadow_mode_returns_the_original_but_reports_decisions() -> None:
+    wire = _condensable()
+    before = dumps(wire)
+    shadow = make_engine("balanced", FORCE).condense(wire, mode="shadow")
+    active = make_engine("balanced", FORCE).condense(wire)
+    assert dumps(shadow.request) == before
+    assert shadow.report["shadow"] is True
+    assert shadow.report["transforms"] == active.report["transforms"] != {}
+    assert shadow.report["tokens_after"] == active.report["tokens_after"]
+    assert shadow.report["tokens_after"] < shadow.report["tokens_before"]
+    assert dumps(active.request) != before
+
+
+def test_condense_never_mutates_its_input() -> None:
+    wire = _condensable()
+    before = dumps(wire)
+    res = make_engine("aggressive", FORCE).condense(wire)
+    assert res.changed
+    assert dumps(wire) == before
+
+
+def test_report_never_contains_message_contents() -> None:
+    wire = _condensable()
+    wire["messages"][0]["content"] = "System secret marker_sys_77aa."
+    engine = make_engine("aggressive", FORCE)
+    res = engine.condense(wire)
+    assert res.changed
+    blob = orjson.dumps(res.report).decode()
+    for needle in (
+        "zebra_quux",
+        "zebraquux",
+        "marker_sys_77aa",
+        "Traceback",
+        "KeyError",
+        "pytest -q",
+        "Fix the failing build",
+        "Looking at the results",
+    ):
+        assert needle not in blob, needle
+    # The engine config is the only switch that may put contents in the report.
+    assert EngineConfig().include_contents_in_report is False

@@ -1,0 +1,147 @@
+"""Failures stay local: corrupted or missing artifacts roll back one segment, a broken
+store sends the original request with a reason, and nothing raises."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxwarden import StoreError
+from ctxwarden.store import MemoryStore, SqliteStore
+from tests.passes.convo import FORCE, call, dumps, lines_of, make_engine, refs_in, request, result
+from tests.passes.strategies import check_invariants
+
+
+def _turn1() -> dict[str, Any]:
+    return request(
+        call("c1", "pytest -q"),
+        result("c1", lines_of("first", 80, extra=("Error: one",))),
+        call("c2", "ls -R"),
+        result("c2", lines_of("second", 80)),
+        call("c3", "git status"),
+        result("c3", "clean"),
+    )
+
+
+def _turn2() -> dict[str, Any]:
+    wire = _turn1()
+    wire["messages"] += [call("c4", "git diff"), result("c4", lines_of("third", 10))]
+    return wire
+
+
+def _ref_of(res: Any, index: int) -> str:
+    (ref,) = set(refs_in(res.request["messages"][index]["content"].split("\n")[0]))
+    return ref
+
+
+def _corrupt_then_continue() -> tuple[Any, Any, dict[str, Any], Any, str]:
+    store = MemoryStore()
+    engine = make_engine("balanced", FORCE, store=store)
+    first = engine.condense(_turn1(), session="s")
+    assert first.request["messages"][3]["content"] != _turn1()["messages"][3]["content"]
+    assert first.request["messages"][5]["content"] != _turn1()["messages"][5]["content"]
+    bad = _ref_of(first, 3)
+    store.corrupt("local", bad, "tampered bytes")
+    replica = make_engine("balanced", FORCE, store=store)
+    wire = _turn2()
+    return first, replica, wire, replica.condense(wire, session="s"), bad
+
+
+def test_corrupted_artifact_is_a_counted_segment_failure_not_a_crash() -> None:
+    first, replica, wire, res, _bad = _corrupt_then_continue()
+    assert res.report["fallback_reason"] is None
+    assert res.report["segment_failures"] + res.report["rollbacks"] >= 1
+    # The other segment stays condensed exactly as before (its cache prefix holds).
+    assert res.request["messages"][5]["content"] == first.request["messages"][5]["content"]
+    # Nothing sent may point at the tampered bytes: every reference recalls the original.
+    check_invariants(replica, wire, res.request)
+
+
+def test_corrupted_segment_is_sent_as_the_original() -> None:
+    """The brief: after a corrupted artifact the segment stays as the original."""
+    _, _, wire, res, _ = _corrupt_then_continue()
+    assert res.request["messages"][3]["content"] == wire["messages"][3]["content"]
+
+
+def test_corrupted_artifact_is_detected_by_the_engine_that_stored_it() -> None:
+    store = MemoryStore()
+    engine = make_engine("balanced", FORCE, store=store)
+    first = engine.condense(_turn1(), session="s")
+    store.corrupt("local", _ref_of(first, 3), "tampered bytes")
+    wire = _turn2()
+    res = engine.condense(wire, session="s")
+    assert res.report["fallback_reason"] is None
+    assert res.report["segment_failures"] + res.report["rollbacks"] >= 1
+    check_invariants(engine, wire, res.request)
+
+
+def test_corrupted_artifact_at_commit_time_does_not_crash() -> None:
+    wire = _turn1()
+    store = MemoryStore()
+    original = wire["messages"][3]["content"]
+    ref = store.put("local", original)
+    store.corrupt("local", ref, "tampered bytes")
+    engine = make_engine("balanced", FORCE, store=store)
+    res = engine.condense(wire, session="s")
+    assert res.report["fallback_reason"] is None
+    # Either the artifact was rewritten intact or the segment was rolled back.
+    if res.request["messages"][3]["content"] != original:
+        assert engine.recall(ref) == original
+    else:
+        assert res.report["rollbacks"] >= 1
+    check_invariants(engine, wire, res.request)
+
+
+def test_missing_artifact_is_a_segment_local_failure(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    engine = make_engine("balanced", FORCE, store=SqliteStore(path))
+    first = engine.condense(_turn1(), session="s")
+    gone = _ref_of(first, 3)
+    kept = _ref_of(first, 5)
+    engine.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("DELETE FROM artifacts WHERE ref = ?", (gone,)).rowcount == 1
+    db.close()
+    replica = make_engine("balanced", FORCE, store=SqliteStore(path))
+    wire = _turn2()
+    res = replica.condense(wire, session="s")
+    assert res.report["fallback_reason"] is None
+    assert res.report["segment_failures"] >= 1
+    assert res.request["messages"][5]["content"] == first.request["messages"][5]["content"]
+    assert replica.recall(kept) == wire["messages"][5]["content"]
+    # Whatever message 3 became, it must be the original or resolve to it again.
+    check_invariants(replica, wire, res.request)
+    replica.close()
+
+
+class FailingStore:
+    """A store whose every call fails (an unreachable backend)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        raise StoreError("backend unavailable")
+
+    put = get = has = get_state = put_state = stats = gc = _fail
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("preset", ["conservative", "balanced", "aggressive"])
+def test_failing_store_passes_the_request_through_with_a_reason(preset: str) -> None:
+    wire = _turn2()
+    before = dumps(wire)
+    store = FailingStore()
+    engine = make_engine(preset, FORCE, store=store)  # type: ignore[arg-type]
+    res = engine.condense(wire, session="s")
+    assert dumps(res.request) == before
+    assert res.report["fallback_reason"]
+    assert res.report["fallbacks"] == 1
+    assert not res.changed
+    assert store.calls >= 1
