@@ -20,6 +20,8 @@ the segment is rolled back or the whole request falls back to the original.
 
 from __future__ import annotations
 
+import functools
+
 __all__ = [
     "ArtifactCorrupted",
     "ArtifactMissing",
@@ -34,6 +36,7 @@ __all__ = [
 ]
 
 
+@functools.lru_cache(maxsize=131072)
 def json_pointer(path: tuple[str | int, ...]) -> str:
     """Render a path as an RFC 6901 JSON pointer (``()`` is the document root ``""``)."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)

@@ -54,8 +54,13 @@ def is_error_line(line: str) -> bool:
 
 def error_lines(text: str, limit: int = 400) -> list[str]:
     """Every distinct error line of ``text`` in order (at most ``limit``), as written."""
+    return list(_error_lines(text, limit))
+
+
+@functools.lru_cache(maxsize=32768)
+def _error_lines(text: str, limit: int) -> tuple[str, ...]:
     if not _ERROR_RE.search(text):
-        return []
+        return ()
     out: list[str] = []
     seen: set[str] = set()
     for line in text.split("\n"):
@@ -64,7 +69,7 @@ def error_lines(text: str, limit: int = 400) -> list[str]:
             out.append(line)
             if len(out) >= limit:
                 break
-    return out
+    return tuple(out)
 
 
 _WORD_RE = re.compile(r"[A-Za-z0-9_$][A-Za-z0-9_$./:-]*[A-Za-z0-9_$]|\d{2,}")
@@ -97,9 +102,10 @@ def distinctive_strings(text: str) -> list[str]:
     return out
 
 
-def paths_in(text: str) -> set[str]:
+@functools.lru_cache(maxsize=65536)
+def paths_in(text: str) -> frozenset[str]:
     """File paths (and bare file names with a known extension) mentioned in ``text``."""
-    return {m.group(0).lstrip("./") for m in _PATH_RE.finditer(text)}
+    return frozenset(m.group(0).lstrip("./") for m in _PATH_RE.finditer(text))
 
 
 @functools.lru_cache(maxsize=65536)

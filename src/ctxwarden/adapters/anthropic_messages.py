@@ -27,6 +27,7 @@ from ctxwarden.model.parts import (
     Part,
     Path,
     ReasoningPart,
+    SafetyClass,
     TextPart,
     ToolCallPart,
     ToolResultPart,
@@ -38,10 +39,15 @@ __all__ = ["ADAPTER", "parse", "render"]
 _MEDIA_TYPES = {"image": "image", "document": "file", "search_result": "file"}
 
 
-def _simple_block(block: dict[str, Any], path: Path) -> ContentPart:
+def _simple_block(
+    block: dict[str, Any],
+    path: Path,
+    text_safety: SafetyClass = SafetyClass.LOSSLESS_TRANSFORMABLE,
+) -> ContentPart:
     kind = block.get("type")
     if kind == "text":
-        return TextPart(text=expect(block.get("text"), str, (*path, "text")), path=(*path, "text"))
+        text = expect(block.get("text"), str, (*path, "text"))
+        return TextPart(text=text, path=(*path, "text"), safety=text_safety)
     if isinstance(kind, str) and kind in _MEDIA_TYPES:
         return MediaPart(media_type=_MEDIA_TYPES[kind], path=path)
     return OpaquePart(wire_type=str(kind), path=path)

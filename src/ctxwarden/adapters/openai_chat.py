@@ -18,6 +18,7 @@ from ctxwarden.model.parts import (
     OpaquePart,
     Part,
     Path,
+    SafetyClass,
     TextPart,
     ToolCallPart,
     ToolResultPart,
@@ -26,14 +27,18 @@ from ctxwarden.model.render import render_conversation
 
 __all__ = ["ADAPTER", "parse", "render"]
 
+_RESULT = SafetyClass.CONDENSABLE
+
 _MEDIA_TYPES = {"image_url": "image", "input_audio": "audio", "file": "file"}
 
 
-def _content_parts(content: Any, path: Path) -> tuple[ContentPart, ...]:
+def _content_parts(
+    content: Any, path: Path, text_safety: SafetyClass = SafetyClass.LOSSLESS_TRANSFORMABLE
+) -> tuple[ContentPart, ...]:
     if content is None:
         return ()
     if isinstance(content, str):
-        return (TextPart(text=content, path=path),)
+        return (TextPart(text=content, path=path, safety=text_safety),)
     items = expect(content, list, path)
     parts: list[ContentPart] = []
     for j, item in enumerate(items):
@@ -42,7 +47,7 @@ def _content_parts(content: Any, path: Path) -> tuple[ContentPart, ...]:
         kind = block.get("type")
         if kind == "text":
             text = expect(block.get("text"), str, (*item_path, "text"))
-            parts.append(TextPart(text=text, path=(*item_path, "text")))
+            parts.append(TextPart(text=text, path=(*item_path, "text"), safety=text_safety))
         elif isinstance(kind, str) and kind in _MEDIA_TYPES:
             parts.append(MediaPart(media_type=_MEDIA_TYPES[kind], path=item_path))
         else:
@@ -76,7 +81,9 @@ def _message(item: Any, path: Path) -> Message:
     if role == "tool":
         call_id = expect(msg.get("tool_call_id"), str, (*path, "tool_call_id"))
         result = ToolResultPart(
-            call_id=call_id, content=_content_parts(msg.get("content"), content_path), path=path
+            call_id=call_id,
+            content=_content_parts(msg.get("content"), content_path, _RESULT),
+            path=path,
         )
         return Message(role=role, parts=(result,), path=path)
     parts: list[Part] = list(_content_parts(msg.get("content"), content_path))

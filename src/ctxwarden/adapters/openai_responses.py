@@ -26,6 +26,7 @@ from ctxwarden.model.parts import (
     Part,
     Path,
     ReasoningPart,
+    SafetyClass,
     TextPart,
     ToolCallPart,
     ToolResultPart,
@@ -34,15 +35,19 @@ from ctxwarden.model.render import render_conversation
 
 __all__ = ["ADAPTER", "parse", "render"]
 
+_RESULT = SafetyClass.CONDENSABLE
+
 _TEXT_TYPES = frozenset({"input_text", "output_text", "text", "summary_text"})
 _MEDIA_TYPES = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
 
 
-def _content_parts(content: Any, path: Path) -> tuple[ContentPart, ...]:
+def _content_parts(
+    content: Any, path: Path, text_safety: SafetyClass = SafetyClass.LOSSLESS_TRANSFORMABLE
+) -> tuple[ContentPart, ...]:
     if content is None:
         return ()
     if isinstance(content, str):
-        return (TextPart(text=content, path=path),)
+        return (TextPart(text=content, path=path, safety=text_safety),)
     parts: list[ContentPart] = []
     for j, item in enumerate(expect(content, list, path)):
         item_path = (*path, j)
@@ -50,7 +55,7 @@ def _content_parts(content: Any, path: Path) -> tuple[ContentPart, ...]:
         kind = block.get("type")
         if kind in _TEXT_TYPES:
             text = expect(block.get("text"), str, (*item_path, "text"))
-            parts.append(TextPart(text=text, path=(*item_path, "text")))
+            parts.append(TextPart(text=text, path=(*item_path, "text"), safety=text_safety))
         elif isinstance(kind, str) and kind in _MEDIA_TYPES:
             parts.append(MediaPart(media_type=_MEDIA_TYPES[kind], path=item_path))
         else:
@@ -77,7 +82,7 @@ def _item(value: Any, path: Path) -> Message:
         return Message(role="assistant", parts=(call,), path=path, item_type=kind)
     if kind in ("function_call_output", "custom_tool_call_output"):
         call_id = expect(item.get("call_id"), str, (*path, "call_id"))
-        content = _content_parts(item.get("output"), (*path, "output"))
+        content = _content_parts(item.get("output"), (*path, "output"), _RESULT)
         result = ToolResultPart(call_id=call_id, content=content, path=path)
         return Message(role="tool", parts=(result,), path=path, item_type=kind)
     if kind == "reasoning":

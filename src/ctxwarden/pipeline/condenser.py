@@ -95,13 +95,16 @@ class Condenser:
         exact_tokens = element_tokens
         report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
 
-        frozen = self._frozen(state, view, exact_hashes, tenant, report)
+        frozen, failed = self._frozen(state, view, exact_hashes, tenant)
+        report["segment_failures"] += len(failed)
         frozen_saved = sum(self._saved(view, p, r, counter) for p, r in frozen.items())
         frozen_total = sum(exact_tokens) - frozen_saved
         band = budget.band(frozen_total)
         forced = band in ("soft", "hard")
         target = max(0, frozen_total - int(0.8 * budget.soft_trigger)) if forced else None
 
+        if failed:  # a segment whose artifact failed stays as it was for this request
+            view = replace(view, eligible=view.eligible - failed)
         new = self._propose(view, frozen, counter, band, target)
         if forced and frozen_total - self._total_saving(view, new, counter) >= budget.soft_trigger:
             relaxed = replace(view, recent=frozenset(), relevant=frozenset())
@@ -159,10 +162,12 @@ class Condenser:
         view: SegmentView,
         exact_hashes: list[str],
         tenant: str,
-        report: dict[str, Any],
-    ) -> dict[Path, Replacement]:
+    ) -> tuple[dict[Path, Replacement], set[Path]]:
+        """Adopted replacements still valid for this request, and the segments whose
+        artifact went missing or corrupt (they stay as they were)."""
+        failed: set[Path] = set()
         if not state.decisions:
-            return {}
+            return {}, failed
         common = common_prefix(state.exact_hashes, exact_hashes)
         by_key = {json_pointer(s.path): s for s in view.segments}
         frozen: dict[Path, Replacement] = {}
@@ -174,12 +179,10 @@ class Condenser:
             if not unchanged and ref_for(segment.text) != decision.original_ref:
                 continue
             if not all(self._resolves(tenant, ref) for ref in decision.refs):
-                report["segment_failures"] += 1
+                failed.add(segment.path)
                 continue
-            frozen[segment.path] = Replacement(
-                decision.text, decision.transform, originals=()
-            )
-        return frozen
+            frozen[segment.path] = Replacement(decision.text, decision.transform, originals=())
+        return frozen, failed
 
     def _resolves(self, tenant: str, ref: str) -> bool:
         """True when ``ref`` still reads back intact (checked on every request: the

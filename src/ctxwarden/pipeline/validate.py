@@ -21,7 +21,7 @@ import orjson
 
 from ctxwarden.errors import ValidationFailed
 from ctxwarden.model.classify import protected_message_indexes
-from ctxwarden.model.conversation import Conversation
+from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import Path
 
 __all__ = ["validate_rewrite"]
@@ -34,9 +34,9 @@ def _value_at(wire: Any, path: Path) -> Any:
     return node
 
 
-def _skeleton(conversation: Conversation) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+def _skeleton(messages: list[Message]) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
     out = []
-    for m in conversation.messages:
+    for m in messages:
         ids = tuple(("call", c.call_id + "\x00" + c.name) for c in m.tool_calls)
         ids += tuple(("result", r.call_id) for r in m.tool_results)
         out.append((m.role, ids))
@@ -49,7 +49,16 @@ def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: 
         orjson.dumps(rendered)
     except TypeError as exc:
         raise ValidationFailed(f"rewritten request is not JSON: {exc}") from exc
-    if _skeleton(original) != _skeleton(rewritten):
+    if len(original.messages) != len(rewritten.messages):
+        raise ValidationFailed("message count changed")
+    changed = [
+        i
+        for i, (a, b) in enumerate(zip(original.messages, rewritten.messages, strict=True))
+        if a is not b
+    ]
+    before = [original.messages[i] for i in changed]
+    after = [rewritten.messages[i] for i in changed]
+    if _skeleton(before) != _skeleton(after):
         raise ValidationFailed("message structure, tool ids or order changed")
     protected = protected_message_indexes(original)
     for part in rewritten.edited_texts():
