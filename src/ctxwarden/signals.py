@@ -29,6 +29,8 @@ _ERROR_RE = re.compile(
       | \bFAIL(?:ED|URE|S)?\b
       | \bfatal\b\s*:
       | \bpanic\b\s*:
+      | \bpanicked\ at\b
+      | \[(?:ERROR|FATAL)\]
       | \bSegmentation\ fault\b
       | \bcommand\ not\ found\b
       | \bNo\ such\ file\ or\ directory\b

@@ -7,6 +7,7 @@ import itertools
 import json
 from typing import Any
 
+import orjson
 from hypothesis import strategies as st
 
 from ctxwarden import Engine
@@ -140,6 +141,24 @@ def _same_except_text(a: Any, b: Any) -> bool:
     return True
 
 
+def _check_calls(engine: Engine, old: Any, new: Any, i: int, tenant: str) -> None:
+    """Ids, types and names of tool calls are exact; old calls' arguments may be trimmed,
+    stay valid JSON, and name a reference that recalls the exact original arguments."""
+    assert len(new) == len(old), i
+    for a, b in zip(old, new, strict=True):
+        strip = {k: v for k, v in a.items() if k != "function"}
+        assert dumps({k: v for k, v in b.items() if k != "function"}) == dumps(strip), i
+        assert list(b["function"]) == list(a["function"]), i
+        assert b["function"]["name"] == a["function"]["name"], i
+        before, after = a["function"]["arguments"], b["function"]["arguments"]
+        if before == after:
+            continue
+        orjson.loads(after)  # still valid JSON
+        refs = refs_in(after)
+        assert refs, f"message {i}: arguments trimmed without a reference"
+        assert before in {engine.recall(r, tenant=tenant) for r in refs}, i
+
+
 def check_invariants(
     engine: Engine, wire: dict[str, Any], out: dict[str, Any], tenant: str = "local"
 ) -> int:
@@ -158,7 +177,9 @@ def check_invariants(
     for i, (old, new) in enumerate(zip(before, after, strict=True)):
         assert list(new) == list(old), i
         for key in old:
-            if key != "content":
+            if key == "tool_calls":
+                _check_calls(engine, old[key], new[key], i, tenant)
+            elif key != "content":
                 assert dumps(new[key]) == dumps(old[key]), (i, key)
         if old["role"] == "system" or i == first_user or i > last_assistant:
             assert dumps(new) == dumps(old), f"protected message {i} changed"

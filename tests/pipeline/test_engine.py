@@ -111,6 +111,9 @@ def test_every_reported_reference_recalls_its_original() -> None:
     for req in _requests(SESSIONS[0]):
         res = engine.condense(req, session="s1")
         originals.update(m["content"] for m in req["messages"] if isinstance(m.get("content"), str))
+        originals.update(
+            c["function"]["arguments"] for m in req["messages"] for c in m.get("tool_calls") or ()
+        )
         for ref in res.report["references"]:
             text = engine.recall(ref)
             assert text in originals

@@ -68,9 +68,18 @@ def _tool_calls(value: Any, path: Path) -> list[Part]:
         fn = expect_object(function, (*item_path, "function"))
         name = expect(fn.get("name"), str, (*item_path, "function", "name"))
         arguments = fn.get("arguments", "")
+        args_path: Path | None = (*item_path, "function", "arguments")
         if not isinstance(arguments, str):
-            arguments = str(arguments)
-        calls.append(ToolCallPart(call_id=call_id, name=name, arguments=arguments, path=item_path))
+            arguments, args_path = str(arguments), None
+        calls.append(
+            ToolCallPart(
+                call_id=call_id,
+                name=name,
+                arguments=arguments,
+                path=item_path,
+                arguments_path=args_path,
+            )
+        )
     return calls
 
 

@@ -73,11 +73,13 @@ def _item(value: Any, path: Path) -> Message:
     kind = expect(kind, str, (*path, "type"))
     if kind in ("function_call", "custom_tool_call"):
         args_key = "arguments" if kind == "function_call" else "input"
+        raw_args = item.get(args_key, "")
         call = ToolCallPart(
             call_id=expect(item.get("call_id"), str, (*path, "call_id")),
             name=expect(item.get("name"), str, (*path, "name")),
-            arguments=str(item.get(args_key, "")),
+            arguments=str(raw_args),
             path=path,
+            arguments_path=(*path, args_key) if isinstance(raw_args, str) else None,
         )
         return Message(role="assistant", parts=(call,), path=path, item_type=kind)
     if kind in ("function_call_output", "custom_tool_call_output"):

@@ -75,6 +75,15 @@ class Conversation:
                 if text.edited:
                     yield text
 
+    def edits(self) -> Iterator[tuple[Path, str]]:
+        """``(path, new text)`` of every rewritten text and tool-call arguments string."""
+        for part in self.edited_texts():
+            yield part.path, part.text
+        for message in self.messages:
+            for call in message.tool_calls:
+                if call.edited and call.arguments_path is not None:
+                    yield call.arguments_path, call.arguments
+
     @property
     def last_assistant_index(self) -> int:
         """Index in ``messages`` of the last assistant message, or -1."""

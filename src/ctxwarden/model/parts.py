@@ -109,8 +109,18 @@ class ToolCallPart:
     name: str
     arguments: str
     path: Path
+    arguments_path: Path | None = None
+    """Where the arguments string lives, when the wire keeps them as text (old calls'
+    arguments are payload a pass may condense; the id and name never change)."""
+    edited: bool = False
     safety: SafetyClass = SafetyClass.PROTOCOL_EXACT
     kind: Literal["tool_call"] = "tool_call"
+
+    def with_arguments(self, arguments: str) -> ToolCallPart:
+        """A copy carrying new arguments text, marked edited for the renderer."""
+        if self.arguments_path is None:
+            raise ValueError("these arguments are not text on the wire")
+        return replace(self, arguments=arguments, edited=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

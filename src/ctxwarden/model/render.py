@@ -35,5 +35,4 @@ def apply_texts(wire: Any, edits: list[tuple[Path, str]]) -> dict[str, Any]:
 
 def render_conversation(conversation: Conversation) -> dict[str, Any]:
     """The wire request for ``conversation`` (see module contract)."""
-    edits = [(part.path, part.text) for part in conversation.edited_texts()]
-    return apply_texts(conversation.wire, edits)
+    return apply_texts(conversation.wire, list(conversation.edits()))

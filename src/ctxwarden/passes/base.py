@@ -29,7 +29,7 @@ __all__ = [
     "ref_for",
 ]
 
-SegmentKind = Literal["tool_output", "assistant_text", "user_text"]
+SegmentKind = Literal["tool_output", "tool_args", "assistant_text", "user_text"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ __all__ = [
     "PassConfig",
     "SummarizeConfig",
     "SupersedeConfig",
+    "TrimArgsConfig",
     "TruncateConfig",
 ]
 
@@ -59,6 +60,15 @@ class MaskConfig(PassConfig):
     max_ratio: float = Field(
         0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
     )
+
+
+class TrimArgsConfig(PassConfig):
+    """Long string values in old tool-call arguments keep head and tail lines."""
+
+    min_tokens: int = Field(150, ge=0)
+    max_value_chars: int = Field(400, ge=40, description="String values longer are trimmed.")
+    head_lines: int = Field(3, ge=0, le=100)
+    tail_lines: int = Field(1, ge=0, le=100)
 
 
 class TruncateConfig(PassConfig):

@@ -26,6 +26,8 @@ class DedupePass:
         out: dict[Path, Replacement] = {}
         first: dict[str, Segment] = {}
         for segment in ctx.segments:
+            if segment.kind == "tool_args":  # arguments stay valid JSON: not deduped
+                continue
             earlier = first.get(segment.text)
             if earlier is None:
                 first[segment.text] = segment

@@ -27,7 +27,7 @@ import orjson
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import json_pointer
 from ctxwarden.model.conversation import Conversation, Message
-from ctxwarden.model.parts import Part, Path, TextPart, ToolResultPart
+from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
 from ctxwarden.pipeline.presets import PipelineConfig, build_passes, resolve_pipeline
@@ -459,7 +459,10 @@ def _apply(conversation: Conversation, applied: dict[Path, Replacement]) -> Conv
         parts: list[Part] = []
         changed = False
         for part in message.parts:
-            if isinstance(part, TextPart) and part.path in applied:
+            if isinstance(part, ToolCallPart) and part.arguments_path in applied:
+                parts.append(part.with_arguments(applied[part.arguments_path].text))
+                changed = True
+            elif isinstance(part, TextPart) and part.path in applied:
                 parts.append(part.with_text(applied[part.path].text))
                 changed = True
             elif isinstance(part, ToolResultPart) and any(

@@ -20,6 +20,7 @@ from ctxwarden.passes.config import (
     NormalizeConfig,
     SummarizeConfig,
     SupersedeConfig,
+    TrimArgsConfig,
     TruncateConfig,
 )
 from ctxwarden.passes.dedupe import DedupePass
@@ -27,6 +28,7 @@ from ctxwarden.passes.mask import MaskPass
 from ctxwarden.passes.normalize import NormalizePass
 from ctxwarden.passes.summarize import SummarizePass
 from ctxwarden.passes.supersede import SupersedePass
+from ctxwarden.passes.trim_args import TrimArgsPass
 from ctxwarden.passes.truncate import TruncatePass
 
 __all__ = [
@@ -39,9 +41,15 @@ __all__ = [
     "resolve_pipeline",
 ]
 
-PassName = Literal["dedupe", "supersede", "normalize", "truncate", "mask", "summarize"]
+PassName = Literal["dedupe", "supersede", "normalize", "truncate", "mask", "summarize", "trim_args"]
 PASS_NAMES: tuple[PassName, ...] = (
-    "dedupe", "supersede", "normalize", "truncate", "mask", "summarize",
+    "dedupe",
+    "supersede",
+    "normalize",
+    "truncate",
+    "mask",
+    "summarize",
+    "trim_args",
 )
 
 
@@ -104,6 +112,7 @@ class PipelineConfig(_Strict):
     truncate: TruncateConfig = TruncateConfig()
     mask: MaskConfig = MaskConfig()
     summarize: SummarizeConfig = SummarizeConfig(enabled=True, min_tokens=80)
+    trim_args: TrimArgsConfig = TrimArgsConfig()
     planner: PlannerConfig = PlannerConfig()
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
 
@@ -157,5 +166,6 @@ def build_passes(config: PipelineConfig) -> list[Pass]:
         "truncate": lambda: TruncatePass(config.truncate),
         "mask": lambda: MaskPass(config.mask),
         "summarize": lambda: SummarizePass(config.summarize),
+        "trim_args": lambda: TrimArgsPass(config.trim_args),
     }
     return [makers[name]() for name in config.order if getattr(config, name).enabled]

@@ -36,7 +36,7 @@ def segment_view(
     calls: dict[str, ToolCallPart] = {}
     segments: list[Segment] = []
     eligible: set[Path] = set()
-    positions = {"tool_output": 0, "assistant_text": 0, "user_text": 0}
+    positions = {"tool_output": 0, "tool_args": 0, "assistant_text": 0, "user_text": 0}
     recent_commands: list[str] = []
     visible: set[str] = set()
     for i, message in enumerate(conversation.messages):
@@ -45,6 +45,22 @@ def segment_view(
                 calls[part.call_id] = part
                 recent_commands.append(command_of(part.arguments))
                 visible |= _words(part.arguments)
+                if part.arguments_path is not None:
+                    segments.append(
+                        Segment(
+                            path=part.arguments_path,
+                            message_index=i,
+                            position=positions["tool_args"],
+                            kind="tool_args",
+                            text=part.arguments,
+                            tokens=counter.count_text(part.arguments),
+                            tool_name=part.name,
+                            call_id=part.call_id,
+                        )
+                    )
+                    positions["tool_args"] += 1
+                    if i not in protected:
+                        eligible.add(part.arguments_path)
             elif isinstance(part, ToolResultPart):
                 call = calls.get(part.call_id)
                 name = call.name if call else ""
@@ -116,6 +132,8 @@ def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
             break
     texts = [s for s in segments if s.kind == "assistant_text"]
     recent.update(s.path for s in texts[-4:])
+    calls = [s for s in segments if s.kind == "tool_args"]
+    recent.update(s.path for s in calls[-2:])
     return frozenset(recent)
 
 

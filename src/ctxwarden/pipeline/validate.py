@@ -76,3 +76,16 @@ def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: 
             raise ValidationFailed("edited text outside the messages", segment=str(part.path))
         if part.path[1] in protected:
             raise ValidationFailed("edited a protected message", segment=str(part.path))
+    for index, message in enumerate(rewritten.messages):
+        for call in message.tool_calls:
+            if not call.edited:
+                continue
+            where = str(call.arguments_path)
+            if index in protected or call.arguments_path is None or not call.arguments:
+                raise ValidationFailed("edited protected tool-call arguments", segment=where)
+            try:
+                before = _value_at(original.wire, call.arguments_path)
+            except (KeyError, IndexError, TypeError):
+                raise ValidationFailed("edited path not in original", segment=where) from None
+            if not isinstance(before, str):
+                raise ValidationFailed("edited arguments are not text", segment=where)

@@ -1,0 +1,98 @@
+"""Trim old tool-call arguments: long string values keep their head and tail lines.
+
+Agents write whole files and patches into tool-call arguments; once the call is old
+its effect is visible in later outputs. Each string value longer than
+``max_value_chars`` keeps ``head_lines`` and ``tail_lines`` around a note with the
+reference to the exact original arguments. The result stays valid JSON (non-JSON
+arguments are trimmed as one string). Arguments holding error lines are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from ctxwarden.model.parts import Path
+from ctxwarden.passes.base import PassContext, Replacement, ref_for
+from ctxwarden.passes.config import TrimArgsConfig
+from ctxwarden.signals import error_lines
+
+__all__ = ["TrimArgsPass", "trim_value"]
+
+
+def trim_value(value: str, ref: str, config: TrimArgsConfig) -> str:
+    """``value`` with its middle lines replaced by a note naming ``ref``."""
+    lines = value.split("\n")
+    head, tail = config.head_lines, config.tail_lines
+    if len(lines) <= head + tail + 1:
+        cut = config.max_value_chars // 2
+        return f"{value[:cut]}...[ctxwarden: {len(value) - cut:,} chars condensed; {ref}]"
+    hidden = len(lines) - head - tail
+    note = f"...[ctxwarden: {hidden:,} lines condensed; full arguments: {ref}]"
+    return "\n".join([*lines[:head], note, *(lines[len(lines) - tail :] if tail else [])])
+
+
+def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
+    if isinstance(node, str):
+        if len(node) > config.max_value_chars:
+            return trim_value(node, ref, config), True
+        return node, False
+    if isinstance(node, dict):
+        changed = False
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out[key], hit = _trim(value, ref, config)
+            changed |= hit
+        return out, changed
+    if isinstance(node, list):
+        items = [_trim(v, ref, config) for v in node]
+        return [v for v, _ in items], any(hit for _, hit in items)
+    return node, False
+
+
+class TrimArgsPass:
+    """Condenses long string values of old tool-call arguments (lossy, recallable)."""
+
+    name = "trim_args"
+
+    def __init__(self, config: TrimArgsConfig) -> None:
+        self.config = config
+        self._memo: dict[str, str | None] = {}
+
+    def _trimmed(self, arguments: str) -> str | None:
+        if arguments in self._memo:
+            return self._memo[arguments]
+        result: str | None = None
+        if not error_lines(arguments):
+            ref = ref_for(arguments)
+            try:
+                parsed = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                parsed = None
+                if len(arguments) > self.config.max_value_chars:
+                    result = trim_value(arguments, ref, self.config)
+            if parsed is not None:
+                trimmed, changed = _trim(parsed, ref, self.config)
+                if changed:
+                    result = orjson.dumps(trimmed).decode()
+        if len(self._memo) > 20_000:
+            self._memo.clear()
+        self._memo[arguments] = result
+        return result
+
+    def __call__(
+        self, ctx: PassContext, decided: Mapping[Path, Replacement]
+    ) -> dict[Path, Replacement]:
+        out: dict[Path, Replacement] = {}
+        for segment in ctx.open_segments(decided, kind="tool_args"):
+            if segment.tokens < self.config.min_tokens or segment.path in ctx.recent:
+                continue
+            trimmed = self._trimmed(segment.text)
+            if trimmed is None:
+                continue
+            out[segment.path] = Replacement(
+                trimmed, self.name, originals=((ref_for(segment.text), segment.text),)
+            )
+        return out
