@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from ctxwarden.cli.common import add_engine_options, engine_from_args, print_json
-from ctxwarden.io import bundled_sessions, guess_api, load_request, load_session, session_requests
+from ctxwarden.io import bundled_sessions, guess_api, load_request
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.parts import ToolResultPart
+from ctxwarden.replay import DEFAULT_BASELINES, print_table, run_replay
+from ctxwarden.replay.subjects import EngineSubject
 
 __all__ = ["register"]
 
@@ -32,7 +36,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_engine_options(p)
     p.set_defaults(handler=_inspect)
 
-    p = sub.add_parser("demo", help="condense the bundled real sessions turn by turn")
+    p = sub.add_parser(
+        "demo", help="replay the bundled real sessions: exact, mask:10 and the default config"
+    )
     add_engine_options(p)
     p.set_defaults(handler=_demo)
 
@@ -131,38 +137,29 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    """Replay the bundled sessions through exact, ``mask:10`` and the configured engine.
+
+    The engine side is the default (balanced) configuration unless ``--config``,
+    ``--preset`` or ``--mode`` say otherwise; its store is always in memory, so the demo
+    leaves nothing behind.
+    """
     engine = engine_from_args(args, store={"backend": "memory"})
-    table = Table(title="ctxwarden demo: bundled real sessions, condensed turn by turn")
-    for column in ("session", "turns", "input tokens exact", "condensed", "reduction", "rewrites"):
-        table.add_column(column, justify="left" if column == "session" else "right")
-    grand_before = grand_after = 0
-    for path in bundled_sessions():
-        session = load_session(path)
-        before = after = rewrites = 0
-        pairs = session_requests(session)
-        for request, _ in pairs:
-            result = engine.condense(request, api="openai.chat", session=session.id)
-            before += result.report["tokens_before"]
-            after += result.report["tokens_after"]
-            rewrites += int(result.changed)
-        grand_before += before
-        grand_after += after
-        table.add_row(
-            session.id.split("__")[-1],
-            str(len(pairs)),
-            f"{before:,}",
-            f"{after:,}",
-            f"{1 - after / max(1, before):.1%}",
-            str(rewrites),
-        )
-    table.add_row(
-        "all",
-        "",
-        f"{grand_before:,}",
-        f"{grand_after:,}",
-        f"{1 - grand_after / max(1, grand_before):.1%}",
-        "",
-    )
-    Console().print(table)
+    config = engine.config
     engine.close()
+    name = Path(args.config).stem if args.config else (args.preset or "default")
+    sessions = bundled_sessions()
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(
+        f"ctxwarden demo: {len(sessions)} bundled real sessions (mini-swe-agent, MIT), "
+        f"replayed request by request through {', '.join(DEFAULT_BASELINES)} and {name} "
+        f"(preset {config.preset}, mode {config.mode})"
+    )
+    result = run_replay(
+        [str(p) for p in sessions], [EngineSubject(name, config)], baselines=DEFAULT_BASELINES
+    )
+    print_table(result, console)
+    console.print(
+        "cost saving is cache-adjusted against exact (negative: dearer than sending the "
+        "requests unchanged); full corpus: ctxwarden replay DIR --html report.html"
+    )
     return 0
