@@ -44,7 +44,7 @@ _FORCE_PLANNER: dict[str, Any] = {
     "min_expected_turns": 1000,
     "max_expected_turns": 1000,
     "max_rewrite_tokens": None,
-    "free_rewrite_tokens": 10**9,
+    "free_step_cost": 1.0,
 }
 FORCE: dict[str, Any] = {
     "recency_tokens": 0,

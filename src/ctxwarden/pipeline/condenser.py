@@ -244,12 +244,10 @@ class Condenser:
             return {}
         planner = self.pipeline.planner
         by_message: dict[int, int] = defaultdict(int)
-        replaced_tokens: dict[int, int] = defaultdict(int)
         for path, rep in new.items():
             segment = _segment(view, path)
             if segment:
                 by_message[segment.message_index] += self._saved(view, path, rep, counter)
-                replaced_tokens[segment.message_index] += segment.tokens
         frozen_hashes, frozen_tokens = self._sent_elements(
             exact_hashes, exact_tokens, view, frozen, counter
         )
@@ -265,26 +263,21 @@ class Condenser:
         styles = price_styles(planner.price_style, pricing)
         best_cut, best_net = None, 0.0
         saving = 0
-        replaced_cached = 0
         for message_index in sorted(by_message, reverse=True):
             saving += by_message[message_index]
-            element = message_index + 1
-            if element < prefix:
-                replaced_cached += replaced_tokens[message_index]
-            # cached tokens a step re-sends unchanged (its collateral), beyond the
-            # segments it condenses
-            collateral = sums[prefix] - sums[min(element, prefix)] - replaced_cached
             if saving < floor:
                 continue
+            element = message_index + 1
             worst = float("inf")
             for style in styles:
                 frozen_cost = request_cost(total, sums[prefix], style)
                 step_cost = request_cost(total - saving, sums[min(element, prefix)], style)
                 extra = step_cost - frozen_cost
                 net = style.read * saving * expected - extra
-                if collateral > planner.free_rewrite_tokens:
-                    exact_cached = _prefix_tokens(exact_tokens, exact_prefix)
-                    exact_cost = request_cost(sum(exact_tokens), exact_cached, style)
+                exact_cached = _prefix_tokens(exact_tokens, exact_prefix)
+                exact_cost = request_cost(sum(exact_tokens), exact_cached, style)
+                if extra > planner.free_step_cost * exact_cost:
+                    # a larger step must fit the session's cost ledger
                     cum_exact = state.cum_exact.get(style.name, 0.0) + exact_cost
                     cum_sent = state.cum_sent.get(style.name, 0.0) + step_cost
                     if cum_sent - cum_exact > planner.max_session_deficit * cum_exact:

@@ -66,16 +66,22 @@ class PlannerConfig(_Strict):
         "conservative",
         description="Cache prices a step is judged by; conservative: both OpenAI and Anthropic.",
     )
-    min_expected_turns: float = Field(30, ge=0, description="Turns a step is expected to serve.")
-    max_expected_turns: float = Field(60, ge=0)
-    lindy_factor: float = Field(
-        1.0, ge=0, description="Expected remaining turns per turn already seen."
-    )
-    free_rewrite_tokens: int = Field(
-        800,
+    min_expected_turns: float = Field(
+        8,
         ge=0,
-        description="A step that re-sends at most this many cached tokens besides the "
-        "segments it condenses needs no ledger margin.",
+        description="Turns a step must pay for itself within. A short fixed horizon bounds "
+        "what a session that ends early can lose; longer ones step more and risk more.",
+    )
+    max_expected_turns: float = Field(8, ge=0)
+    lindy_factor: float = Field(
+        0.0, ge=0, description="Expected remaining turns per turn already seen (0: fixed)."
+    )
+    free_step_cost: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="A step whose extra cost this turn is at most this share of the exact "
+        "request's cost needs no ledger margin.",
     )
     max_session_deficit: float = Field(
         0.015,
@@ -104,7 +110,10 @@ class PipelineConfig(_Strict):
     )
     keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs always kept.")
     relevance_turns: int = Field(
-        1, ge=0, description="Outputs about files the last N actions touch stay in full."
+        0,
+        ge=0,
+        description="Outputs about files the last N actions touch stay in full (they are "
+        "condensed later, away from the tail, which costs more prompt cache).",
     )
     dedupe: DedupeConfig = DedupeConfig()
     supersede: SupersedeConfig = SupersedeConfig()
@@ -129,7 +138,9 @@ PRESETS: dict[str, PipelineConfig] = {
         relevance_turns=0,
         mask=MaskConfig(min_tokens=40, head_lines=2, tail_lines=2, max_keywords=40),
         summarize=SummarizeConfig(enabled=True, min_tokens=60, keep_sentences=1),
-        planner=PlannerConfig(free_rewrite_tokens=1500, max_session_deficit=0.03),
+        planner=PlannerConfig(
+            min_expected_turns=12, max_expected_turns=12, free_step_cost=1.0
+        ),
     ),
 }
 
