@@ -98,3 +98,31 @@ def test_serve_against_fake_upstream_processes(tmp_path: Path) -> None:
     assert proxy.returncode == 0 and fake.returncode == 0
     log_lines = [line for line in proxy_err.decode().splitlines() if '"route":"chat"' in line]
     assert len(log_lines) == 1 and "sk-cli" not in proxy_err.decode()
+
+
+def test_serve_with_bundled_fake_upstream_is_one_command(tmp_path: Path) -> None:
+    port = _free_port()
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "ctxwarden", "serve", "--fake-upstream", "--port", str(port),
+         "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _wait(f"http://127.0.0.1:{port}/healthz")
+        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body,
+                       headers={"Authorization": "Bearer sk-one"}, timeout=10)  # fmt: skip
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["message"]["content"] == "Hello from the fake upstream."
+        exact = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body,
+                           headers={"Authorization": "Bearer sk-one",
+                                    "x-ctxwarden-mode": "exact"}, timeout=10)  # fmt: skip
+        assert exact.status_code == 200
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        out, err = proxy.communicate(timeout=15)
+    assert proxy.returncode == 0
+    assert b"fake upstream listening on http://127.0.0.1:" in out
+    modes = [line for line in err.decode().splitlines() if '"route":"chat"' in line]
+    assert ['"mode":"active"' in m for m in modes] == [True, False]
+    assert '"mode":"exact"' in modes[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -42,6 +43,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the condensing proxy (OpenAI and Anthropic APIs)")
     for flag, help_text, default in _SERVE_OPTIONS:
         p.add_argument(flag, default=None, help=f"{help_text} [{_env_name(flag)}; {default}]")
+    p.add_argument(
+        "--fake-upstream",
+        action="store_true",
+        default=os.environ.get("CTXWARDEN_FAKE_UPSTREAM") == "1",
+        help="also start the bundled fake upstream on a free loopback port and send both "
+        "APIs there: try the proxy with one command [CTXWARDEN_FAKE_UPSTREAM=1]",
+    )
     p.set_defaults(handler=_serve)
 
     p = sub.add_parser("fake-upstream", help="run the scripted fake OpenAI/Anthropic upstream")
@@ -102,11 +110,30 @@ def _serve(args: argparse.Namespace) -> int:
     configure_json_logging(getattr(logging, level.upper(), logging.INFO))
     engine = Engine(config)
     try:
-        app = build_app(engine, settings)
-        asyncio.run(serve_forever(app, settings.host, settings.port))
+        asyncio.run(_run_proxy(engine, settings, build_app, serve_forever, args.fake_upstream))
     finally:
         engine.close()
     return 0
+
+
+async def _run_proxy(
+    engine: Any, settings: Any, build_app: Any, serve_forever: Any, with_fake: bool
+) -> None:
+    """Serve until stopped; with ``with_fake`` a fake upstream runs in the same loop."""
+    fake = None
+    if with_fake:
+        from ctxwarden.proxy.fake_upstream import FakeUpstream
+
+        fake = await FakeUpstream().start("127.0.0.1", 0)
+        settings = dataclasses.replace(
+            settings, openai_upstream=fake.url, anthropic_upstream=fake.url
+        )
+        print(f"fake upstream listening on {fake.url}", flush=True)
+    try:
+        await serve_forever(build_app(engine, settings), settings.host, settings.port)
+    finally:
+        if fake is not None:
+            await fake.stop()
 
 
 def _fake_upstream(args: argparse.Namespace) -> int:
