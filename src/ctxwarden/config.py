@@ -27,6 +27,7 @@ __all__ = [
     "StoreConfig",
     "config_error",
     "load_config",
+    "read_toml",
 ]
 
 Mode = Literal["active", "shadow", "exact"]
@@ -77,15 +78,20 @@ def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
     return ConfigError(first["msg"], key)
 
 
-def load_config(path: str | Path) -> EngineConfig:
-    """Read a TOML config file into an :class:`EngineConfig`."""
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file as a dict; a missing or invalid file is a :class:`ConfigError`."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        return tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError("file not found", str(p)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", str(p)) from exc
+
+
+def load_config(path: str | Path) -> EngineConfig:
+    """Read a TOML config file into an :class:`EngineConfig`."""
+    data = read_toml(path)
     try:
         return EngineConfig.model_validate(data)
     except ValidationError as exc:

@@ -18,13 +18,12 @@ subject. Unset gates are not checked, except ``max_integrity_violations``, which
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ctxwarden.config import config_error
+from ctxwarden.config import config_error, read_toml
 from ctxwarden.errors import ConfigError
 from ctxwarden.replay.runner import ReplayResult
 
@@ -49,13 +48,7 @@ def load_gates(path: str | Path | None) -> Gates:
     """The ``[gates]`` table of a TOML file (a file holding only gates is fine too)."""
     if path is None:
         return Gates()
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("file not found", str(p)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML: {exc}", str(p)) from exc
+    data = read_toml(path)
     table: Any = data.get("gates", {})
     if not isinstance(table, dict):
         raise ConfigError("must be a table", "gates")

@@ -17,13 +17,12 @@ here.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from ctxwarden.config import EngineConfig, StoreConfig, config_error
+from ctxwarden.config import EngineConfig, StoreConfig, config_error, read_toml
 from ctxwarden.engine import Engine
 from ctxwarden.errors import ConfigError, CtxwardenError
 from ctxwarden.replay.wire import MESSAGE_KEYS
@@ -179,13 +178,7 @@ def load_engine_config(path: str | Path) -> tuple[EngineConfig, dict[str, Any]]:
 
     The store defaults to memory unless the file has a ``[store]`` table.
     """
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("file not found", str(p)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML: {exc}", str(p)) from exc
+    data = read_toml(path)
     gates = data.pop("gates", {})
     if not isinstance(gates, dict):
         raise ConfigError("must be a table", "gates")
