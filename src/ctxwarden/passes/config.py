@@ -54,9 +54,15 @@ class MaskConfig(PassConfig):
     """Old outputs outside the recency budget become placeholders (original in store)."""
 
     min_tokens: int = Field(60, ge=0)
-    head_lines: int = Field(3, ge=0, le=200)
-    tail_lines: int = Field(3, ge=0, le=200)
-    max_keywords: int = Field(80, ge=0, le=2000)
+    head_lines: int = Field(1, ge=0, le=200)
+    tail_lines: int = Field(1, ge=0, le=200)
+    max_keywords: int = Field(
+        60,
+        ge=0,
+        le=2000,
+        description="Distinctive strings (paths, identifiers, numbers) the placeholder keeps; "
+        "the agent's own messages already show theirs, so only the output's are listed.",
+    )
     max_ratio: float = Field(
         0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
     )
