@@ -51,7 +51,7 @@ def _mask_request() -> dict[str, Any]:
 
 def test_mask_placeholder_keeps_header_errors_head_tail_and_mentions() -> None:
     ctx, _ = context(_mask_request())
-    out = MaskPass(MaskConfig())(ctx, {})
+    out = MaskPass(MaskConfig(head_lines=3, tail_lines=3))(ctx, {})
     seg = segment_at(ctx, 3)
     assert seg.path in out
     rep = out[seg.path]

@@ -19,6 +19,9 @@ from ctxwarden.adapters.base import (
     expect_object,
     optional_str,
 )
+from ctxwarden.adapters.base import (
+    json_text as _json,
+)
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
     ContentPart,
@@ -50,7 +53,7 @@ def _simple_block(
         return TextPart(text=text, path=(*path, "text"), safety=text_safety)
     if isinstance(kind, str) and kind in _MEDIA_TYPES:
         return MediaPart(media_type=_MEDIA_TYPES[kind], path=path)
-    return OpaquePart(wire_type=str(kind), path=path)
+    return OpaquePart(wire_type=str(kind), path=path, raw_json=_json(block))
 
 
 def _result_content(content: Any, path: Path) -> tuple[ContentPart, ...]:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import orjson
+
 from ctxwarden.errors import MalformedRequest
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import Path
@@ -21,6 +23,7 @@ __all__ = [
     "check_pairing",
     "expect",
     "expect_object",
+    "json_text",
     "optional_str",
 ]
 
@@ -56,6 +59,14 @@ def expect(value: Any, kind: type[T], path: Path) -> T:
 def expect_object(value: Any, path: Path) -> dict[str, Any]:
     """``value`` as a JSON object, else a :class:`MalformedRequest` at ``path``."""
     return expect(value, dict, path)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as compact JSON text (for counting opaque parts), ``""`` if not JSON."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return ""
 
 
 def optional_str(obj: dict[str, Any], key: str, path: Path) -> str | None:

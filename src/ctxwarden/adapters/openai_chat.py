@@ -11,6 +11,9 @@ from ctxwarden.adapters.base import (
     expect_object,
     optional_str,
 )
+from ctxwarden.adapters.base import (
+    json_text as _json,
+)
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
     ContentPart,
@@ -51,7 +54,7 @@ def _content_parts(
         elif isinstance(kind, str) and kind in _MEDIA_TYPES:
             parts.append(MediaPart(media_type=_MEDIA_TYPES[kind], path=item_path))
         else:
-            parts.append(OpaquePart(wire_type=str(kind), path=item_path))
+            parts.append(OpaquePart(wire_type=str(kind), path=item_path, raw_json=_json(block)))
     return tuple(parts)
 
 
@@ -63,7 +66,9 @@ def _tool_calls(value: Any, path: Path) -> list[Part]:
         call_id = expect(call.get("id"), str, (*item_path, "id"))
         function = call.get("function")
         if call.get("type", "function") != "function" or function is None:
-            calls.append(OpaquePart(wire_type=str(call.get("type")), path=item_path))
+            calls.append(
+                OpaquePart(wire_type=str(call.get("type")), path=item_path, raw_json=_json(call))
+            )
             continue
         fn = expect_object(function, (*item_path, "function"))
         name = expect(fn.get("name"), str, (*item_path, "function", "name"))
@@ -99,7 +104,7 @@ def _message(item: Any, path: Path) -> Message:
     if role == "assistant" and msg.get("tool_calls") is not None:
         parts.extend(_tool_calls(msg["tool_calls"], (*path, "tool_calls")))
     if role == "function":
-        parts = [OpaquePart(wire_type="function", path=path)]
+        parts = [OpaquePart(wire_type="function", path=path, raw_json=_json(msg))]
     return Message(role=role, parts=tuple(parts), path=path)
 
 

@@ -18,6 +18,9 @@ from ctxwarden.adapters.base import (
     expect_object,
     optional_str,
 )
+from ctxwarden.adapters.base import (
+    json_text as _json,
+)
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
     ContentPart,
@@ -59,7 +62,7 @@ def _content_parts(
         elif isinstance(kind, str) and kind in _MEDIA_TYPES:
             parts.append(MediaPart(media_type=_MEDIA_TYPES[kind], path=item_path))
         else:
-            parts.append(OpaquePart(wire_type=str(kind), path=item_path))
+            parts.append(OpaquePart(wire_type=str(kind), path=item_path, raw_json=_json(block)))
     return tuple(parts)
 
 
@@ -101,7 +104,7 @@ def _item(value: Any, path: Path) -> Message:
     item_role = item.get("role")
     return Message(
         role=item_role if isinstance(item_role, str) else "assistant",
-        parts=(OpaquePart(wire_type=kind, path=path),),
+        parts=(OpaquePart(wire_type=kind, path=path, raw_json=_json(item)),),
         path=path,
         item_type=kind,
     )

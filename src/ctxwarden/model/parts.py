@@ -94,6 +94,8 @@ class OpaquePart:
 
     wire_type: str
     path: Path
+    raw_json: str = ""
+    """The wire value as JSON text (for counting tokens; never rendered from)."""
     safety: SafetyClass = SafetyClass.PROTOCOL_EXACT
     kind: Literal["opaque"] = "opaque"
 

@@ -73,7 +73,7 @@ class TokenCounter:
             memo.move_to_end(text)
             return cached
         self.misses += 1
-        n = len(self._encoding.encode(text, disallowed_special=()))
+        n = len(self._encoding.encode_ordinary(text))
         memo[text] = n
         if len(memo) > self._max_entries:
             memo.popitem(last=False)
@@ -98,9 +98,9 @@ class TokenCounter:
             case MediaPart():
                 return MEDIA_TOKENS
             case OpaquePart():
-                if wire_value is None:
-                    return 0
-                return self.count_text(orjson.dumps(wire_value).decode())
+                if wire_value is not None:
+                    return self.count_text(orjson.dumps(wire_value).decode())
+                return self.count_text(part.raw_json)
         return 0  # pragma: no cover - exhaustive above
 
     def count_message(self, message: Message) -> int:
