@@ -14,6 +14,7 @@ import orjson
 
 __all__ = [
     "command_of",
+    "distinctive_set",
     "distinctive_strings",
     "error_lines",
     "exit_status",
@@ -79,6 +80,12 @@ _PATH_RE = re.compile(
     r"(?:[\w.-]+/)+[\w.-]+"
     r"|[\w-]+\.(?:py|java|js|ts|go|rs|c|h|cpp|rb|md|txt|json|toml|yaml|yml|cfg|ini|xml|sh)\b"
 )
+
+
+@functools.lru_cache(maxsize=65536)
+def distinctive_set(text: str) -> frozenset[str]:
+    """The distinctive strings of ``text`` as a set (memoized by content)."""
+    return frozenset(distinctive_strings(text))
 
 
 def _distinctive(word: str) -> bool:

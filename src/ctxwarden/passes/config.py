@@ -66,6 +66,11 @@ class MaskConfig(PassConfig):
     max_ratio: float = Field(
         0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
     )
+    shared_mentions: bool = Field(
+        True,
+        description="Skip mentions another tool output or placeholder of the request still "
+        "shows; each string stays visible somewhere (older placeholders never change).",
+    )
 
 
 class TrimArgsConfig(PassConfig):

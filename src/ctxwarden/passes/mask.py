@@ -8,14 +8,29 @@ lines, a short head and tail, the distinctive strings it mentioned and the refer
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import MaskConfig
 from ctxwarden.passes.placeholder import Digest, placeholder_parts
+from ctxwarden.signals import distinctive_set
 
 __all__ = ["MaskPass"]
+
+
+def _shown_words(ctx: PassContext, decided: Mapping[Path, Replacement]) -> Counter[str]:
+    """Distinctive strings every tool output shows as the request stands: a replacement's
+    text where one was decided, else the output itself (a multiset, so an output that is
+    masked can take its own strings out)."""
+    shown: Counter[str] = Counter()
+    for segment in ctx.segments:
+        if segment.kind != "tool_output":
+            continue
+        rep = decided.get(segment.path)
+        shown.update(distinctive_set(rep.text if rep is not None else segment.text))
+    return shown
 
 
 class MaskPass:
@@ -40,6 +55,7 @@ class MaskPass:
     ) -> dict[Path, Replacement]:
         out: dict[Path, Replacement] = {}
         saved = 0
+        shown = _shown_words(ctx, decided) if self.config.shared_mentions else None
         for segment in ctx.open_segments(decided):
             if ctx.tokens_to_save is not None and saved >= ctx.tokens_to_save:
                 break
@@ -58,11 +74,20 @@ class MaskPass:
                     self._memo.clear()
                 self._memo[key] = built
             body, errors, keywords = built
-            mentions = [w for w in keywords if w not in ctx.visible][: self.digest.max_keywords]
+            own = distinctive_set(segment.text)
+            if shown is not None:
+                shown.subtract(own)  # this output's own text is about to go
+            mentions = [
+                w for w in keywords if w not in ctx.visible and not (shown and shown[w] > 0)
+            ][: self.digest.max_keywords]
             text = body + "\n[mentions: " + ", ".join(mentions) + "]" if mentions else body
             tokens = ctx.counter.count_text(text)
             if tokens > self.config.max_ratio * segment.tokens:
+                if shown is not None:
+                    shown.update(own)  # stays in full
                 continue
+            if shown is not None:
+                shown.update(distinctive_set(text))
             saved += segment.tokens - tokens
             out[segment.path] = Replacement(
                 text, self.name, originals=((ref, segment.text),), kept_lines=errors

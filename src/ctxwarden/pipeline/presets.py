@@ -136,7 +136,7 @@ PRESETS: dict[str, PipelineConfig] = {
     "balanced": PipelineConfig(),
     "aggressive": PipelineConfig(
         relevance_turns=0,
-        mask=MaskConfig(min_tokens=40, head_lines=1, tail_lines=1, max_keywords=40),
+        mask=MaskConfig(min_tokens=40, head_lines=1, tail_lines=1, max_keywords=30),
         summarize=SummarizeConfig(enabled=True, min_tokens=60, keep_sentences=1),
         planner=PlannerConfig(
             min_expected_turns=12, max_expected_turns=12, free_step_cost=1.0

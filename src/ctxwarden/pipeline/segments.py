@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from ctxwarden.model.classify import protected_message_indexes
@@ -10,7 +9,7 @@ from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import Segment
 from ctxwarden.pipeline.presets import PipelineConfig
-from ctxwarden.signals import command_of, distinctive_strings, paths_in
+from ctxwarden.signals import command_of, distinctive_set, paths_in
 from ctxwarden.tokens.counter import TokenCounter
 
 __all__ = ["SegmentView", "segment_view"]
@@ -44,7 +43,7 @@ def segment_view(
             if isinstance(part, ToolCallPart):
                 calls[part.call_id] = part
                 recent_commands.append(command_of(part.arguments))
-                visible |= _words(part.arguments)
+                visible |= distinctive_set(part.arguments)
                 if part.arguments_path is not None:
                     segments.append(
                         Segment(
@@ -91,7 +90,7 @@ def segment_view(
                         eligible.add(sub.path)
             elif isinstance(part, TextPart) and message.role in ("assistant", "user"):
                 kind = "assistant_text" if message.role == "assistant" else "user_text"
-                visible |= _words(part.text)
+                visible |= distinctive_set(part.text)
                 segments.append(
                     Segment(
                         path=part.path,
@@ -113,10 +112,6 @@ def segment_view(
         visible=frozenset(visible),
     )
 
-
-@functools.lru_cache(maxsize=65536)
-def _words(text: str) -> frozenset[str]:
-    return frozenset(distinctive_strings(text))
 
 
 def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
