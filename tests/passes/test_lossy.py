@@ -253,3 +253,35 @@ def test_summarize_through_engine_when_enabled() -> None:
     (ref,) = refs_in(sent)
     assert engine.recall(ref) == wire["messages"][2]["content"]
     assert on.report["transforms"]["summarize"]["count"] == 1
+
+
+def test_shared_mentions_keep_every_distinctive_string_visible_somewhere() -> None:
+    """Outputs overlap (the same file read twice, a grep of it): each placeholder skips
+    strings another output still shows, but no string of a masked output disappears from
+    the request, across turns, as outputs are condensed one after another."""
+    from ctxwarden.signals import distinctive_strings
+
+    shared = lines_of("alpha", 30)
+    turns = [
+        (call("c1", "cat alpha.py"), result("c1", shared)),
+        (call("c2", "grep -n item alpha.py"), result("c2", shared + "\n" + lines_of("beta", 10))),
+        (call("c3", "sed -n 1,40p alpha.py"), result("c3", lines_of("gamma", 20) + "\n" + shared)),
+        (call("c4", "ls"), result("c4", lines_of("delta", 25))),
+    ]
+    engine = make_engine(
+        pipeline={**FORCE, "order": ["mask"], "mask": {"max_keywords": 2000}}
+    )
+    flat: list[dict[str, Any]] = []
+    masked = 0
+    for assistant, tool in turns:
+        flat += [assistant, tool]
+        wire = request(*flat)
+        res = engine.condense(wire, session="shared-mentions")
+        sent = res.request["messages"]
+        visible = "\n".join(str(m.get("content") or "") for m in sent)
+        for before, after in zip(wire["messages"], sent, strict=True):
+            if before.get("role") == "tool" and before["content"] != after["content"]:
+                masked += 1
+                for word in distinctive_strings(before["content"]):
+                    assert word in visible, word
+    assert masked >= 3
