@@ -86,8 +86,8 @@ class MaskPass:
                 if shown is not None:
                     shown.update(own)  # stays in full
                 continue
-            if shown is not None:
-                shown.update(distinctive_set(text))
+            if shown is not None:  # the placeholder shows its body and its mentions
+                shown.update(distinctive_set(body) | frozenset(mentions))
             saved += segment.tokens - tokens
             out[segment.path] = Replacement(
                 text, self.name, originals=((ref, segment.text),), kept_lines=errors
