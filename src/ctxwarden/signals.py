@@ -85,7 +85,7 @@ _PATH_RE = re.compile(
 @functools.lru_cache(maxsize=65536)
 def distinctive_set(text: str) -> frozenset[str]:
     """The distinctive strings of ``text`` as a set (memoized by content)."""
-    return frozenset(distinctive_strings(text))
+    return frozenset(_distinctive_tuple(text))
 
 
 def _distinctive(word: str) -> bool:
@@ -101,6 +101,11 @@ def _distinctive(word: str) -> bool:
 
 def distinctive_strings(text: str) -> list[str]:
     """Paths, dotted / snake / camel identifiers and numbers, in first-seen order."""
+    return list(_distinctive_tuple(text))
+
+
+@functools.lru_cache(maxsize=32768)
+def _distinctive_tuple(text: str) -> tuple[str, ...]:
     out: list[str] = []
     seen: set[str] = set()
     for match in _WORD_RE.finditer(text):
@@ -108,7 +113,7 @@ def distinctive_strings(text: str) -> list[str]:
         if word not in seen and _distinctive(word):
             seen.add(word)
             out.append(word)
-    return out
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=65536)
