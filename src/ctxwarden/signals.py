@@ -1,5 +1,8 @@
 """Content signals shared by the passes: error lines, distinctive strings, commands.
 
+Results are memoized by content in bounded caches (agents resend the same texts every
+turn); the bounds keep a long-running proxy's memory flat.
+
 These are deliberately broad: a line that *might* be an error signal is kept by every
 lossy pass, and distinctive strings (paths, identifiers, numbers) are what placeholders
 keep visible so the agent can still find what an old output mentioned.
@@ -60,7 +63,7 @@ def error_lines(text: str, limit: int = 400) -> list[str]:
     return list(_error_lines(text, limit))
 
 
-@functools.lru_cache(maxsize=32768)
+@functools.lru_cache(maxsize=8192)
 def _error_lines(text: str, limit: int) -> tuple[str, ...]:
     if not _ERROR_RE.search(text):
         return ()
@@ -82,7 +85,7 @@ _PATH_RE = re.compile(
 )
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=8192)
 def distinctive_set(text: str) -> frozenset[str]:
     """The distinctive strings of ``text`` as a set (memoized by content)."""
     return frozenset(_distinctive_tuple(text))
@@ -104,7 +107,7 @@ def distinctive_strings(text: str) -> list[str]:
     return list(_distinctive_tuple(text))
 
 
-@functools.lru_cache(maxsize=32768)
+@functools.lru_cache(maxsize=8192)
 def _distinctive_tuple(text: str) -> tuple[str, ...]:
     out: list[str] = []
     seen: set[str] = set()
@@ -116,13 +119,13 @@ def _distinctive_tuple(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=8192)
 def paths_in(text: str) -> frozenset[str]:
     """File paths (and bare file names with a known extension) mentioned in ``text``."""
     return frozenset(m.group(0).lstrip("./") for m in _PATH_RE.finditer(text))
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=8192)
 def command_of(arguments: str) -> str:
     """The command a tool call ran: ``command`` / ``cmd`` / ``path`` argument, else the
     arguments text itself (whitespace-normalised)."""

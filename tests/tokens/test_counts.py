@@ -69,3 +69,16 @@ def test_estimated_tokenizer_scales_and_reports_confidence() -> None:
     assert estimate.count_text(text) == round(exact.count_text(text) * 1.2)
     assert estimate.confidence == 0.8
     assert not estimate.spec.exact
+
+
+def test_memo_is_bounded_by_characters() -> None:
+    counter = TokenCounter(max_chars=1000)
+    for i in range(50):
+        counter.count_text(f"{i:03d} " + "x" * 96)  # 100 characters each
+    assert counter._chars <= 1000
+    assert len(counter._memo) == 10
+    misses = counter.misses
+    counter.count_text("049 " + "x" * 96)  # newest entry: still cached
+    assert counter.misses == misses
+    counter.count_text("000 " + "x" * 96)  # oldest: evicted, counted again
+    assert counter.misses == misses + 1

@@ -21,7 +21,7 @@ __all__ = ["SummarizePass", "extract_summary"]
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-@functools.lru_cache(maxsize=16384)
+@functools.lru_cache(maxsize=4096)
 def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...]]:
     """The extractive summary of ``text`` and the error lines it keeps."""
     sentences = _SENTENCE_END.split(text.strip(), maxsplit=keep_sentences)

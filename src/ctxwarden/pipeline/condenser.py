@@ -74,7 +74,6 @@ class Condenser:
         self.pipeline: PipelineConfig = resolve_pipeline(config.preset, config.pipeline)
         self.passes = build_passes(self.pipeline)
         self.store = store
-        self._verified: set[tuple[str, str]] = set()
 
     # -- the whole request -------------------------------------------------------------
     def run(
@@ -190,9 +189,7 @@ class Condenser:
         try:
             self.store.get(tenant, ref)
         except Exception:  # missing, corrupted or unavailable: local to the segment
-            self._verified.discard((tenant, ref))
             return False
-        self._verified.add((tenant, ref))
         return True
 
     def _propose(
@@ -316,7 +313,6 @@ class Condenser:
                     stored = self.store.put(tenant, original)
                     if stored != ref or self.store.get(tenant, ref) != original:
                         raise ValueError("artifact does not read back")
-                    self._verified.add((tenant, ref))
             except Exception:  # a store failure is local to this segment
                 report["segment_failures"] += 1
                 report["rollbacks"] += 1

@@ -73,9 +73,26 @@ class SqliteStore:
             self._db = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=10
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
+            try:
+                self._open_with_retry()
+            except BaseException:
+                self._db.close()
+                raise
+
+    def _open_with_retry(self, attempts: int = 50) -> None:
+        """Switch to WAL and migrate. Changing the journal mode takes an exclusive lock
+        that SQLite may refuse at once ("database is locked") while another process opens
+        the same fresh file, without waiting on the busy timeout: retry with backoff."""
+        for attempt in range(attempts):
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._migrate()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == attempts - 1:
+                    raise
+                time.sleep(min(0.5, 0.01 * 2**attempt))
 
     def _migrate(self) -> None:
         db = self._db

@@ -2,7 +2,7 @@
 
 Agents resend their whole history every turn, so counts are memoized by content:
 a text seen before is never encoded again. The memo is bounded (least recently used
-entries are dropped past ``max_entries``).
+entries are dropped past ``max_entries`` entries or ``max_chars`` characters).
 
 Models with a public tokenizer are counted exactly; others (Anthropic and unknown
 families) get a calibrated estimate from o200k counts with an explicit confidence.
@@ -51,11 +51,19 @@ class TokenizerSpec:
 class TokenCounter:
     """Counts tokens of texts, messages and conversations, memoized by content."""
 
-    def __init__(self, spec: TokenizerSpec | None = None, *, max_entries: int = 200_000) -> None:
+    def __init__(
+        self,
+        spec: TokenizerSpec | None = None,
+        *,
+        max_entries: int = 200_000,
+        max_chars: int = 64_000_000,
+    ) -> None:
         self.spec = spec or TokenizerSpec()
         self._encoding = get_encoding(self.spec.encoding)
         self._memo: OrderedDict[str, int] = OrderedDict()
         self._max_entries = max_entries
+        self._max_chars = max_chars
+        self._chars = 0
         self.hits = 0
         self.misses = 0
 
@@ -75,8 +83,10 @@ class TokenCounter:
         self.misses += 1
         n = len(self._encoding.encode_ordinary(text))
         memo[text] = n
-        if len(memo) > self._max_entries:
-            memo.popitem(last=False)
+        self._chars += len(text)
+        while len(memo) > self._max_entries or self._chars > self._max_chars:
+            evicted, _ = memo.popitem(last=False)
+            self._chars -= len(evicted)
         return n
 
     def count_text(self, text: str) -> int:
