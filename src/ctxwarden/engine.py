@@ -28,6 +28,7 @@ from ctxwarden.config import EngineConfig, Mode, load_config
 from ctxwarden.errors import MalformedRequest, ValidationFailed
 from ctxwarden.model.classify import classify
 from ctxwarden.model.conversation import Conversation
+from ctxwarden.model.hashing import element_hashes
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
 from ctxwarden.pipeline.validate import validate_rewrite
@@ -131,7 +132,8 @@ class Engine:
         info = self.registry.lookup(conversation.model)
         counter = self.counter_for(info)
         budget = self.budget_for(conversation.model)
-        element_tokens = counter.element_tokens(conversation)
+        hashes = element_hashes(conversation)
+        element_tokens = counter.element_tokens(conversation, hashes)
         tokens_before = sum(element_tokens)
         session_key = session or derive_session_key(conversation)
         report: dict[str, Any] = {
@@ -170,6 +172,7 @@ class Engine:
                 tenant=tenant,
                 pricing=self.registry.pricing_for(info, self.config.budget.style),
                 element_tokens=element_tokens,
+                element_hashes=hashes,
             )
             rendered = self._render_checked(conversation, outcome, adapter.render)
         except MalformedRequest:

@@ -17,16 +17,15 @@ Cache-aware and deterministic:
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
-
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import json_pointer
 from ctxwarden.model.conversation import Conversation, Message
+from ctxwarden.model.hashing import digest
+from ctxwarden.model.hashing import element_hashes as hash_elements
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
@@ -50,23 +49,6 @@ class CondenseOutcome:
     report: dict[str, Any] = field(default_factory=dict)
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=12).hexdigest()
-
-
-def _element_hashes(conversation: Conversation) -> list[str]:
-    wire = conversation.wire
-    head = [wire.get("system"), wire.get("instructions"), wire.get("tools")]
-    hashes = [_digest(orjson.dumps(head))]
-    key = conversation.messages_key
-    items = wire.get(key)
-    if isinstance(items, list):
-        hashes.extend(_digest(orjson.dumps(m)) for m in items)
-    elif items is not None:
-        hashes.append(_digest(orjson.dumps(items)))
-    return hashes
-
-
 class Condenser:
     """Runs the configured pipeline under the planner (see module doc)."""
 
@@ -86,11 +68,12 @@ class Condenser:
         tenant: str,
         pricing: CachePricing,
         element_tokens: list[int],
+        element_hashes: list[str] | None = None,
     ) -> CondenseOutcome:
         """Condense ``conversation``; ``element_tokens`` are its per-element counts."""
         state = SessionState.decode(self.store.get_state(tenant, session))
         view = segment_view(conversation, counter, self.pipeline)
-        exact_hashes = _element_hashes(conversation)
+        exact_hashes = element_hashes or hash_elements(conversation)
         exact_tokens = element_tokens
         report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
 
@@ -356,7 +339,7 @@ class Condenser:
             blob = exact_hashes[index + 1].encode() + b"".join(
                 b"\x00" + r.text.encode() for _, r in reps
             )
-            hashes[index + 1] = _digest(blob)
+            hashes[index + 1] = digest(blob)
             tokens[index + 1] -= sum(self._saved(view, p, r, counter) for p, r in reps)
         return hashes, tokens
 

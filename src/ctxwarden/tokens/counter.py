@@ -61,6 +61,7 @@ class TokenCounter:
         self.spec = spec or TokenizerSpec()
         self._encoding = get_encoding(self.spec.encoding)
         self._memo: OrderedDict[str, int] = OrderedDict()
+        self._message_memo: dict[str, int] = {}
         self._max_entries = max_entries
         self._max_chars = max_chars
         self._chars = 0
@@ -117,14 +118,29 @@ class TokenCounter:
         """Tokens of one message, overhead included."""
         return MESSAGE_OVERHEAD + sum(self.count_part(p) for p in message.parts)
 
-    def element_tokens(self, conversation: Conversation) -> list[int]:
+    def element_tokens(
+        self, conversation: Conversation, hashes: list[str] | None = None
+    ) -> list[int]:
         """Tokens per element of a request: the head (system, tool schemas, framing)
-        first, then one entry per message."""
+        first, then one entry per message. With the request's element ``hashes``
+        (:func:`ctxwarden.model.hashing.element_hashes`) a message seen before costs one
+        lookup."""
         head = 3 + sum(self.count_part(p) for p in conversation.system)
         tools = conversation.wire.get("tools")
         if tools:
             head += self.count_text(orjson.dumps(tools).decode())
-        return [head, *(self.count_message(m) for m in conversation.messages)]
+        if hashes is None or len(hashes) != len(conversation.messages) + 1:
+            return [head, *(self.count_message(m) for m in conversation.messages)]
+        out = [head]
+        memo = self._message_memo
+        for message, key in zip(conversation.messages, hashes[1:], strict=True):
+            n = memo.get(key)
+            if n is None:
+                n = memo[key] = self.count_message(message)
+                if len(memo) > self._max_entries:
+                    del memo[next(iter(memo))]
+            out.append(n)
+        return out
 
     def count_conversation(self, conversation: Conversation) -> int:
         """Tokens of a whole request: system, messages and tool schemas."""

@@ -1,0 +1,33 @@
+"""Element hashes of a request: the head (system, instructions, tools), then each message.
+
+Two requests share a cached prefix exactly as far as their element hashes agree; the
+planner and the token counter's per-message memo both key on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+
+from ctxwarden.model.conversation import Conversation
+
+__all__ = ["digest", "element_hashes"]
+
+
+def digest(data: bytes) -> str:
+    """A short content hash (BLAKE2b, 12 bytes, hex)."""
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def element_hashes(conversation: Conversation) -> list[str]:
+    """``[head, message 0, message 1, ...]`` hashes of the wire request."""
+    wire = conversation.wire
+    head = [wire.get("system"), wire.get("instructions"), wire.get("tools")]
+    hashes = [digest(orjson.dumps(head))]
+    items = wire.get(conversation.messages_key)
+    if isinstance(items, list):
+        hashes.extend(digest(orjson.dumps(m)) for m in items)
+    elif items is not None:
+        hashes.append(digest(orjson.dumps(items)))
+    return hashes
