@@ -18,7 +18,9 @@ import hashlib
 import re
 from typing import Protocol, runtime_checkable
 
-__all__ = ["REF_PATTERN", "Store", "content_digest", "make_ref"]
+from ctxwarden.errors import ArtifactCorrupted
+
+__all__ = ["REF_PATTERN", "Store", "content_digest", "make_ref", "verified_text"]
 
 REF_PATTERN = re.compile(r"cw:[0-9a-f]{12}")
 
@@ -31,6 +33,18 @@ def content_digest(text: str) -> str:
 def make_ref(digest: str) -> str:
     """The short reference for a digest: ``cw:`` and its first 12 hex digits."""
     return "cw:" + digest.split(":", 1)[1][:12]
+
+
+def verified_text(ref: str, digest: str, body: bytes | bytearray | memoryview) -> str:
+    """The stored ``body`` as text, after re-deriving its digest (the canonical form is
+    the contract); :class:`ArtifactCorrupted` when it is not UTF-8 or does not match."""
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ArtifactCorrupted(f"artifact {ref} is not UTF-8") from None
+    if content_digest(text) != digest:
+        raise ArtifactCorrupted(f"artifact {ref} does not match its digest")
+    return text
 
 
 @runtime_checkable

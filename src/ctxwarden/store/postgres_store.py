@@ -21,8 +21,8 @@ from contextlib import contextmanager
 
 import psycopg
 
-from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
-from ctxwarden.store.base import content_digest, make_ref
+from ctxwarden.errors import ArtifactMissing, StoreError
+from ctxwarden.store.base import content_digest, make_ref, verified_text
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -132,13 +132,7 @@ class PostgresStore:
         if row is None:
             raise ArtifactMissing(f"no artifact {ref}")
         digest, body = row
-        try:
-            text = bytes(body).decode("utf-8")
-        except UnicodeDecodeError:
-            raise ArtifactCorrupted(f"artifact {ref} is not UTF-8") from None
-        if content_digest(text) != digest:
-            raise ArtifactCorrupted(f"artifact {ref} does not match its digest")
-        return text
+        return verified_text(ref, digest, body)
 
     def has(self, tenant: str, ref: str) -> bool:
         with self._lock, _translated("look up an artifact"):

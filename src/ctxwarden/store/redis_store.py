@@ -32,7 +32,7 @@ from urllib.parse import quote, unquote
 import redis
 
 from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
-from ctxwarden.store.base import content_digest, make_ref
+from ctxwarden.store.base import content_digest, make_ref, verified_text
 
 __all__ = ["RedisStore"]
 
@@ -131,13 +131,10 @@ class RedisStore:
         if digest_raw is None or body is None:
             raise ArtifactMissing(f"no artifact {ref}")
         try:
-            text = bytes(body).decode("utf-8")
             digest = bytes(digest_raw).decode("utf-8")
         except UnicodeDecodeError:
-            raise ArtifactCorrupted(f"artifact {ref} is not UTF-8") from None
-        if content_digest(text) != digest:
-            raise ArtifactCorrupted(f"artifact {ref} does not match its digest")
-        return text
+            raise ArtifactCorrupted(f"artifact {ref} has a broken digest") from None
+        return verified_text(ref, digest, body)
 
     def has(self, tenant: str, ref: str) -> bool:
         with self._lock, _translated("look up an artifact"):
