@@ -285,3 +285,18 @@ def test_shared_mentions_keep_every_distinctive_string_visible_somewhere() -> No
                 for word in distinctive_strings(before["content"]):
                     assert word in visible, word
     assert masked >= 3
+
+
+def test_large_outputs_may_keep_more_mentions_per_1k_tokens() -> None:
+    ctx, _ = context(_mask_request())
+    seg = segment_at(ctx, 3)
+    fixed = MaskPass(MaskConfig(max_keywords=2))(ctx, {})[seg.path].text
+    scaled = MaskPass(MaskConfig(max_keywords=2, keywords_per_1k_tokens=1000))(ctx, {})
+    text = scaled[seg.path].text
+
+    def mentions(t: str) -> list[str]:
+        line = next(ln for ln in t.split("\n") if ln.startswith("[mentions: "))
+        return line[len("[mentions: ") : -1].split(", ")
+
+    assert len(mentions(fixed)) == 2
+    assert len(mentions(text)) > 2

@@ -63,6 +63,13 @@ class MaskConfig(PassConfig):
         description="Distinctive strings (paths, identifiers, numbers) the placeholder keeps; "
         "the agent's own messages already show theirs, so only the output's are listed.",
     )
+    keywords_per_1k_tokens: float = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="Large outputs may keep more mentions: this many per 1,000 tokens of the "
+        "output when that exceeds max_keywords.",
+    )
     max_ratio: float = Field(
         0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
     )

@@ -77,9 +77,13 @@ class MaskPass:
             own = distinctive_set(segment.text)
             if shown is not None:
                 shown.subtract(own)  # this output's own text is about to go
+            cap = max(
+                self.digest.max_keywords,
+                int(segment.tokens * self.config.keywords_per_1k_tokens / 1000),
+            )
             mentions = [
                 w for w in keywords if w not in ctx.visible and not (shown and shown[w] > 0)
-            ][: self.digest.max_keywords]
+            ][:cap]
             text = body + "\n[mentions: " + ", ".join(mentions) + "]" if mentions else body
             tokens = ctx.counter.count_text(text)
             if tokens > self.config.max_ratio * segment.tokens:
