@@ -113,7 +113,7 @@ class Condenser:
             json_pointer(p): Decision(
                 text=r.text,
                 transform=r.transform,
-                original_ref=ref_for(view_text(view, p)),
+                original_ref=ref_for(view.text(p)),
                 refs=list(r.refs),
                 saved=self._saved(view, p, r, counter),
             )
@@ -130,7 +130,7 @@ class Condenser:
     # -- pieces ------------------------------------------------------------------------
     @staticmethod
     def _saved(view: SegmentView, path: Path, r: Replacement, counter: TokenCounter) -> int:
-        segment = _segment(view, path)
+        segment = view.segment(path)
         return segment.tokens - counter.count_text(r.text) if segment else 0
 
     def _total_saving(
@@ -225,7 +225,7 @@ class Condenser:
         planner = self.pipeline.planner
         by_message: dict[int, int] = defaultdict(int)
         for path, rep in new.items():
-            segment = _segment(view, path)
+            segment = view.segment(path)
             if segment:
                 by_message[segment.message_index] += self._saved(view, path, rep, counter)
         frozen_hashes, frozen_tokens = self._sent_elements(
@@ -241,6 +241,10 @@ class Condenser:
         )
         exact_prefix = common_prefix(state.exact_hashes, exact_hashes)
         styles = price_styles(planner.price_style, pricing)
+        exact_cached = _prefix_tokens(exact_tokens, exact_prefix)
+        exact_costs = {
+            style.name: request_cost(sum(exact_tokens), exact_cached, style) for style in styles
+        }
         best_cut, best_net = None, 0.0
         saving = 0
         for message_index in sorted(by_message, reverse=True):
@@ -254,8 +258,7 @@ class Condenser:
                 step_cost = request_cost(total - saving, sums[min(element, prefix)], style)
                 extra = step_cost - frozen_cost
                 net = style.read * saving * expected - extra
-                exact_cached = _prefix_tokens(exact_tokens, exact_prefix)
-                exact_cost = request_cost(sum(exact_tokens), exact_cached, style)
+                exact_cost = exact_costs[style.name]
                 if extra > planner.free_step_cost * exact_cost:
                     # a larger step must fit the session's cost ledger
                     cum_exact = state.cum_exact.get(style.name, 0.0) + exact_cost
@@ -270,7 +273,7 @@ class Condenser:
         return {
             p: r
             for p, r in new.items()
-            if (s := _segment(view, p)) is not None and s.message_index >= best_cut
+            if (s := view.segment(p)) is not None and s.message_index >= best_cut
         }
 
     def _commit(
@@ -284,7 +287,7 @@ class Condenser:
         """Validate each adopted replacement and store its originals; roll back failures."""
         kept: dict[Path, Replacement] = {}
         for path, rep in adopted.items():
-            segment = _segment(view, path)
+            segment = view.segment(path)
             if segment is None or not rep.text.strip():
                 report["rollbacks"] += 1
                 continue
@@ -317,7 +320,7 @@ class Condenser:
         witness_text = ""
         if rep.witness is not None:
             witness = applied.get(rep.witness)
-            witness_text = witness.text if witness else view_text(view, rep.witness)
+            witness_text = witness.text if witness else view.text(rep.witness)
         return all(e in rep.text or e in witness_text for e in errors)
 
     def _sent_elements(
@@ -331,7 +334,7 @@ class Condenser:
         hashes, tokens = list(exact_hashes), list(exact_tokens)
         per_message: dict[int, list[tuple[Path, Replacement]]] = defaultdict(list)
         for path, rep in applied.items():
-            segment = _segment(view, path)
+            segment = view.segment(path)
             if segment:
                 per_message[segment.message_index].append((path, rep))
         for index, reps in per_message.items():
@@ -390,30 +393,6 @@ class Condenser:
 
 def _prefix_tokens(tokens: list[int], prefix: int) -> int:
     return sum(tokens[:prefix])
-
-
-def _segment(view: SegmentView, path: Path) -> Segment | None:
-    index = _index(view)
-    return index.get(path)
-
-
-_INDEX_CACHE: dict[int, tuple[SegmentView, dict[Path, Segment]]] = {}
-
-
-def _index(view: SegmentView) -> dict[Path, Segment]:
-    cached = _INDEX_CACHE.get(id(view))
-    if cached is not None and cached[0] is view:
-        return cached[1]
-    if len(_INDEX_CACHE) > 8:
-        _INDEX_CACHE.clear()
-    index = {s.path: s for s in view.segments}
-    _INDEX_CACHE[id(view)] = (view, index)
-    return index
-
-
-def view_text(view: SegmentView, path: Path) -> str:
-    segment = _segment(view, path)
-    return segment.text if segment else ""
 
 
 def _refs_in(text: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation
@@ -25,6 +25,19 @@ class SegmentView:
     relevant: frozenset[Path]
     visible: frozenset[str] = frozenset()
     """Distinctive strings of the agent's own messages and tool calls."""
+    by_path: dict[Path, Segment] = field(default_factory=dict, compare=False)
+    """Every segment by its path (filled from ``segments``)."""
+
+    def __post_init__(self) -> None:
+        if not self.by_path:
+            self.by_path.update((s.path, s) for s in self.segments)
+
+    def segment(self, path: Path) -> Segment | None:
+        return self.by_path.get(path)
+
+    def text(self, path: Path) -> str:
+        segment = self.by_path.get(path)
+        return segment.text if segment else ""
 
 
 def segment_view(
