@@ -43,6 +43,17 @@ def _tools(request: dict[str, Any]) -> list[Any] | None:
     return tools if isinstance(tools, list) else None
 
 
+def _append_named_tool(request: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | None:
+    """``request`` with ``spec`` appended to its tools (tools named at the top level, as in
+    Responses and Messages); ``None`` when tools are not a list or one is already ours."""
+    tools = _tools(request)
+    if tools is None:
+        return None
+    if any(isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools):
+        return None
+    return {**request, "tools": [*tools, spec]}
+
+
 class ChatDialect:
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
         tools = _tools(request)
@@ -104,14 +115,9 @@ class ChatDialect:
 
 class ResponsesDialect:
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        tools = _tools(request)
-        if tools is None:
-            return None
-        if any(isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools):
-            return None
         spec = {"type": "function", "name": RECALL_TOOL_NAME, "description": tool_description,
                 "parameters": tool_parameters}  # fmt: skip
-        return {**request, "tools": [*tools, spec]}
+        return _append_named_tool(request, spec)
 
     def find_calls(self, response: dict[str, Any]) -> RoundResult:
         output = response.get("output")
@@ -147,14 +153,9 @@ class ResponsesDialect:
 
 class MessagesDialect:
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        tools = _tools(request)
-        if tools is None:
-            return None
-        if any(isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools):
-            return None
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "input_schema": tool_parameters}  # fmt: skip
-        return {**request, "tools": [*tools, spec]}
+        return _append_named_tool(request, spec)
 
     def find_calls(self, response: dict[str, Any]) -> RoundResult:
         content = response.get("content")
