@@ -22,6 +22,7 @@ __all__ = [
     "error_lines",
     "exit_status",
     "is_error_line",
+    "mention_scores",
     "paths_in",
 ]
 
@@ -117,6 +118,53 @@ def _distinctive_tuple(text: str) -> tuple[str, ...]:
             seen.add(word)
             out.append(word)
     return tuple(out)
+
+
+_KIND_WEIGHT = {"identifier": 1.0, "dotted": 0.6, "camel": 0.5, "path": 0.12, "number": 0.1}
+"""How often an agent later types a distinctive string of an old output, by its kind,
+relative to snake_case identifiers (measured over agent sessions: names of functions,
+variables and attributes are reused most; listed paths and bare numbers - line
+numbers, sizes, counts - rarely, because outputs hold so many of them)."""
+
+
+def _mention_kind(word: str) -> str:
+    if word.isdigit():
+        return "number"
+    if "/" in word:
+        return "path"
+    if "_" in word:
+        return "identifier"
+    if "." in word:
+        return "dotted"
+    return "camel"
+
+
+@functools.lru_cache(maxsize=8192)
+def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
+    """The distinctive strings of ``text`` with an estimate of how likely the agent is
+    to need each one later, best first (ties keep first-seen order).
+
+    The score multiplies a weight for the string's kind (:data:`_KIND_WEIGHT`), a boost
+    for strings the output repeats (a name used three times is what the output is
+    about) and a decay with first-seen position (outputs lead with what was asked
+    for). It is a ranking heuristic, stable and cheap; 1.0 is a snake_case name seen
+    once at the start.
+    """
+    words = _distinctive_tuple(text)
+    counts: dict[str, int] = {}
+    if words:
+        wanted = set(words)
+        for match in _WORD_RE.finditer(text):
+            word = match.group(0).rstrip(".:-")
+            if word in wanted:
+                counts[word] = counts.get(word, 0) + 1
+    scored = []
+    for rank, word in enumerate(words):
+        repeat = min(counts.get(word, 1), 5)
+        boost = (1.0, 2.5, 3.5, 4.0, 4.5)[repeat - 1]
+        scored.append((word, _KIND_WEIGHT[_mention_kind(word)] * boost / (1 + rank / 30)))
+    scored.sort(key=lambda ws: -ws[1])
+    return tuple(scored)
 
 
 @functools.lru_cache(maxsize=8192)

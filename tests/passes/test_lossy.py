@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ctxwarden.passes.config import MaskConfig, SummarizeConfig, TruncateConfig
 from ctxwarden.passes.mask import MaskPass
+from ctxwarden.passes.placeholder import informative
 from ctxwarden.passes.summarize import SummarizePass, extract_summary
 from ctxwarden.passes.truncate import TruncatePass
 from ctxwarden.pipeline.presets import resolve_pipeline
-from ctxwarden.signals import error_lines
+from ctxwarden.signals import error_lines, mention_scores
 from tests.passes.convo import (
     FORCE,
     call,
@@ -57,20 +60,64 @@ def test_mask_placeholder_keeps_header_errors_head_tail_and_mentions() -> None:
     rep = out[seg.path]
     lines = rep.text.split("\n")
     header = lines[0]
-    assert "bash `pytest -q tests`" in header
+    assert "pytest" not in header  # the call right before the output names the command
     assert "exit 1" in header
     total = seg.text.count("\n") + 1
     assert f"{total:,} lines" in header and f"{seg.tokens:,} tokens" in header
     (ref,) = refs_in(header)
     assert rep.originals == ((ref, seg.text),)
     original = seg.text.split("\n")
-    assert lines[1:4] == original[:3]  # head
+    # head: the bare exit-code line says nothing the header does not, so the head
+    # starts after it (it is still kept, once, as an error line)
+    assert lines[1:4] == original[1:4]
+    assert lines.count("<returncode>1</returncode>") == 1
     assert original[-3:] == [ln for ln in lines if ln in original[-3:]][-3:]  # tail
     for err in error_lines(seg.text):
         assert err in lines  # verbatim, on its own line
     assert set(rep.kept_lines) == set(error_lines(seg.text))
     mentions = next(ln for ln in lines if ln.startswith("[mentions: "))
     assert "frobnicate_widget" in mentions
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("<returncode>0</returncode>", False),
+        ("<output>", False),
+        ("</output>", False),
+        ("bash-$", False),
+        ("", False),
+        ("   42  ", False),
+        ("[File: /repo/src/a.py (154 lines total)]", True),
+        ("1 failed, 80 passed", True),
+        ("ok", False),
+    ],
+)
+def test_informative_lines(line: str, expected: bool) -> None:
+    assert informative(line) is expected
+
+
+def test_mentions_rank_repeated_identifiers_before_listed_numbers() -> None:
+    text = "\n".join(
+        [*(f"{n:04d} item" for n in range(1000, 1040)), "use parse_header", "parse_header"]
+    )
+    ranked = [w for w, _ in mention_scores(text)]
+    assert ranked[0] == "parse_header"  # repeated snake_case name beats 40 line numbers
+    scores = dict(mention_scores(text))
+    assert scores["1000"] < scores["parse_header"]
+    ctx, _ = context(_mask_request())
+    strict = MaskPass(MaskConfig(min_mention_score=100.0))(ctx, {})
+    assert all("[mentions:" not in r.text for r in strict.values())
+
+
+def test_summary_lead_is_never_a_bare_interjection() -> None:
+    text = (
+        "Ah! I see it now. The signature uses the production NAME, so both aliases look "
+        "the same and the second becomes a mirror of the first. Let me check."
+    )
+    summary, _ = extract_summary(text, keep_sentences=1)
+    assert summary.startswith("Ah! I see it now. The signature")
+    assert len(summary.split()) >= 8
 
 
 def test_mask_ref_recalls_the_original_and_line_ranges() -> None:
@@ -268,9 +315,7 @@ def test_shared_mentions_keep_every_distinctive_string_visible_somewhere() -> No
         (call("c3", "sed -n 1,40p alpha.py"), result("c3", lines_of("gamma", 20) + "\n" + shared)),
         (call("c4", "ls"), result("c4", lines_of("delta", 25))),
     ]
-    engine = make_engine(
-        pipeline={**FORCE, "order": ["mask"], "mask": {"max_keywords": 2000}}
-    )
+    engine = make_engine(pipeline={**FORCE, "order": ["mask"], "mask": {"max_keywords": 2000}})
     flat: list[dict[str, Any]] = []
     masked = 0
     for assistant, tool in turns:

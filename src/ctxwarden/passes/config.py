@@ -70,6 +70,12 @@ class MaskConfig(PassConfig):
         description="Large outputs may keep more mentions: this many per 1,000 tokens of the "
         "output when that exceeds max_keywords.",
     )
+    min_mention_score: float = Field(
+        0.0,
+        ge=0,
+        description="Mentions the agent is less likely to need are left out: the score of "
+        "ctxwarden.signals.mention_scores (1.0: a snake_case name early in the output).",
+    )
     max_ratio: float = Field(
         0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
     )
@@ -83,10 +89,10 @@ class MaskConfig(PassConfig):
 class TrimArgsConfig(PassConfig):
     """Long string values in old tool-call arguments keep head and tail lines."""
 
-    min_tokens: int = Field(150, ge=0)
-    max_value_chars: int = Field(400, ge=40, description="String values longer are trimmed.")
-    head_lines: int = Field(3, ge=0, le=100)
-    tail_lines: int = Field(1, ge=0, le=100)
+    min_tokens: int = Field(60, ge=0)
+    max_value_chars: int = Field(160, ge=40, description="String values longer are trimmed.")
+    head_lines: int = Field(1, ge=0, le=100)
+    tail_lines: int = Field(0, ge=0, le=100)
 
 
 class TruncateConfig(PassConfig):

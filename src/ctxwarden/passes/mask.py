@@ -45,6 +45,8 @@ class MaskPass:
             head_lines=config.head_lines,
             tail_lines=config.tail_lines,
             max_keywords=config.max_keywords,
+            min_mention_score=config.min_mention_score,
+            name_action=False,  # the call that produced the output is right before it
         )
         self._memo: dict[
             tuple[str, str, str, int], tuple[str, tuple[str, ...], tuple[str, ...]]

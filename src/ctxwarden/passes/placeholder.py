@@ -1,25 +1,31 @@
 """Placeholder text shared by the lossy passes.
 
-A placeholder says what the output was (tool, command, size, exit status), keeps every
-error line verbatim on its own line, a short head and tail, the distinctive strings the
-output mentioned, and the reference that recalls the original or any line range::
+A placeholder says what the output was (size, exit status and, where the call that
+produced it is not right before it, the tool and command), keeps every error line
+verbatim on its own line, a short head and tail, the distinctive strings the output
+mentioned that the agent is most likely to need, and the reference that recalls the
+original or any line range::
 
-    [ctxwarden: condensed output of bash `pytest -q` (exit 1, 240 lines, 3,118 tokens).
-    Recall: cw:5f3a9c21e0b4 (whole, or lines A-B)]
-    <head lines>
-    ... (lines 4-237 condensed)
+    [ctxwarden: output condensed (exit 1, 240 lines, 3,118 tokens); recall cw:5f3a9c21e0b4,
+    whole or lines A-B]
+    <head line>
+    ... (lines 2-239)
     <error lines>
-    <tail lines>
-    [mentions: tests/test_io.py, read_config, 1343]
+    <tail line>
+    [mentions: tests/test_io.py, read_config, parse_header]
+
+Head and tail skip lines that say nothing (markup such as ``<output>``, a bare exit
+code, a shell prompt): the header already carries the exit status.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
 from ctxwarden.passes.base import Segment
-from ctxwarden.signals import distinctive_strings, error_lines, exit_status
+from ctxwarden.signals import error_lines, exit_status, mention_scores
 
 __all__ = ["Digest", "build_placeholder", "describe", "placeholder_parts"]
 
@@ -44,10 +50,40 @@ class Digest:
     max_line_chars: int = 240
     max_keywords: int = 120
     keep_errors: bool = True
+    min_mention_score: float = 0.0
+    """Mentions scoring lower (see :func:`ctxwarden.signals.mention_scores`) are left out."""
+    name_action: bool = True
+    """Say which tool and command produced the output (needless next to its call)."""
 
 
 def _clip(line: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+_MARKUP = re.compile(r"</?[A-Za-z][\w-]*>")
+_PROMPT = re.compile(r"^\S{0,40}[$#>%]$")
+
+
+def informative(line: str) -> bool:
+    """False for lines that carry nothing once the header is read: blank lines, bare
+    markup (``<output>``), a lone number (an exit code) or a shell prompt."""
+    rest = _MARKUP.sub("", line).strip()
+    if not rest or _PROMPT.match(rest):
+        return False
+    return sum(c.isalnum() for c in rest) >= 3 and not rest.lstrip("-").isdigit()
+
+
+def _pick(lines: list[str], want: int, *, reverse: bool, scan: int = 4) -> list[int]:
+    """Indexes of up to ``want`` informative lines from one end (looking at most
+    ``want + scan`` lines in)."""
+    order = range(len(lines) - 1, -1, -1) if reverse else range(len(lines))
+    picked: list[int] = []
+    for looked, i in enumerate(order):
+        if len(picked) >= want or looked >= want + scan:
+            break
+        if informative(lines[i]):
+            picked.append(i)
+    return sorted(picked)
 
 
 def build_placeholder(
@@ -73,7 +109,8 @@ def build_placeholder(
 def placeholder_parts(
     segment: Segment, ref: str, digest: Digest, *, verb: str = "condensed output"
 ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """Header and body, kept error lines, and every candidate mention (unfiltered)."""
+    """Header and body, kept error lines, and the candidate mentions, best first
+    (those below ``digest.min_mention_score`` left out; the caller caps the count)."""
     text = segment.text
     lines = text.split("\n")
     n = len(lines)
@@ -85,24 +122,24 @@ def placeholder_parts(
         facts.append("error")
     facts.append(f"{n:,} lines")
     facts.append(f"{segment.tokens:,} tokens")
-    header = (
-        f"[ctxwarden: {verb} of {describe(segment)} ({', '.join(facts)}). "
-        f"Recall: {ref} (whole, or lines A-B)]"
-    )
+    what = f"{verb} of {describe(segment)}" if digest.name_action else verb
+    header = f"[ctxwarden: {what} ({', '.join(facts)}); recall {ref}, whole or lines A-B]"
     errors = tuple(error_lines(text)) if digest.keep_errors else ()
-    head_n = min(digest.head_lines, n)
-    tail_n = min(digest.tail_lines, max(0, n - head_n))
-    shown: list[str] = [_clip(line, digest.max_line_chars) for line in lines[:head_n]]
-    body = [header, *shown]
-    hidden_from, hidden_to = head_n + 1, n - tail_n
-    if hidden_to >= hidden_from:
-        body.append(f"... (lines {hidden_from}-{hidden_to} condensed)")
-    error_set = set(errors)
-    body.extend(e for e in errors if e not in lines[:head_n] and e not in lines[n - tail_n :])
-    tail = [_clip(line, digest.max_line_chars) for line in lines[n - tail_n :]] if tail_n else []
-    body.extend(tail)
+    head = _pick(lines, min(digest.head_lines, n), reverse=False)
+    first_hidden = head[-1] + 1 if head else 0
+    tail = [i for i in _pick(lines, min(digest.tail_lines, n), reverse=True) if i >= first_hidden]
+    last_hidden = tail[0] - 1 if tail else n - 1
+    body = [header, *(_clip(lines[i], digest.max_line_chars) for i in head)]
+    if last_hidden >= first_hidden:
+        body.append(f"... (lines {first_hidden + 1}-{last_hidden + 1})")
+    shown_lines = {lines[i] for i in (*head, *tail)}
+    body.extend(e for e in errors if e not in shown_lines)
+    body.extend(_clip(lines[i], digest.max_line_chars) for i in tail)
     shown_text = "\n".join(body)
+    error_set = set(errors)
     keywords = tuple(
-        w for w in distinctive_strings(text) if w not in shown_text and w not in error_set
+        w
+        for w, score in mention_scores(text)
+        if score >= digest.min_mention_score and w not in shown_text and w not in error_set
     )
     return shown_text, errors, keywords

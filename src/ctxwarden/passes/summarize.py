@@ -1,8 +1,9 @@
 """Mechanical summary: a deterministic extractive condensation of old message text.
 
-Keeps the first ``keep_sentences`` sentences, every line that names a path or carries
-an error signal, and a reference to the whole. (An LLM summarizer can implement the
-same pass seam later.)
+Keeps the first ``keep_sentences`` sentences (more while the lead is shorter than
+:data:`MIN_LEAD_WORDS` words, so "Ah!" never stands for a paragraph), every line that
+names a path or carries an error signal, and a reference to the whole. (An LLM
+summarizer can implement the same pass seam later.)
 """
 
 from __future__ import annotations
@@ -18,14 +19,22 @@ from ctxwarden.signals import error_lines, is_error_line, paths_in
 
 __all__ = ["SummarizePass", "extract_summary"]
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?:])\s+")
+MIN_LEAD_WORDS = 8
 
 
 @functools.lru_cache(maxsize=4096)
 def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...]]:
     """The extractive summary of ``text`` and the error lines it keeps."""
-    sentences = _SENTENCE_END.split(text.strip(), maxsplit=keep_sentences)
-    lead = " ".join(sentences[:keep_sentences]).strip()
+    sentences = _SENTENCE_END.split(text.strip(), maxsplit=keep_sentences + 8)
+    taken: list[str] = []
+    words = 0
+    for sentence in sentences:
+        if len(taken) >= keep_sentences and words >= MIN_LEAD_WORDS:
+            break
+        taken.append(sentence)
+        words += len(sentence.split())
+    lead = " ".join(taken).strip()
     kept: list[str] = []
     for line in text.split("\n"):
         stripped = line.strip()

@@ -92,8 +92,12 @@ class Condenser:
             relaxed = replace(view, recent=frozenset(), relevant=frozenset())
             new.update(self._propose(relaxed, {**frozen, **new}, counter, band, None))
 
-        adopted = new if forced else self._choose_step(
-            view, frozen, new, counter, state, exact_hashes, exact_tokens, pricing
+        adopted = (
+            new
+            if forced
+            else self._choose_step(
+                view, frozen, new, counter, state, exact_hashes, exact_tokens, pricing
+            )
         )
         adopted = self._commit(view, adopted, frozen, tenant, report)
         applied = {**frozen, **adopted}

@@ -67,12 +67,12 @@ class PlannerConfig(_Strict):
         description="Cache prices a step is judged by; conservative: both OpenAI and Anthropic.",
     )
     min_expected_turns: float = Field(
-        8,
+        24,
         ge=0,
         description="Turns a step must pay for itself within. A short fixed horizon bounds "
         "what a session that ends early can lose; longer ones step more and risk more.",
     )
-    max_expected_turns: float = Field(8, ge=0)
+    max_expected_turns: float = Field(24, ge=0)
     lindy_factor: float = Field(
         0.0, ge=0, description="Expected remaining turns per turn already seen (0: fixed)."
     )
@@ -109,6 +109,13 @@ class PipelineConfig(_Strict):
         "here is re-sent uncached at each step, so the default relies on relevance instead.",
     )
     keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs always kept.")
+    keep_newest_texts: int = Field(
+        1,
+        ge=0,
+        description="Newest assistant texts always kept. Older ones are condensed as soon as "
+        "they leave this window, next to the cached prefix's end, where a rewrite is cheap.",
+    )
+    keep_newest_calls: int = Field(1, ge=0, description="Newest tool-call arguments always kept.")
     relevance_turns: int = Field(
         0,
         ge=0,
@@ -120,7 +127,7 @@ class PipelineConfig(_Strict):
     normalize: NormalizeConfig = NormalizeConfig()
     truncate: TruncateConfig = TruncateConfig()
     mask: MaskConfig = MaskConfig()
-    summarize: SummarizeConfig = SummarizeConfig(enabled=True, min_tokens=80)
+    summarize: SummarizeConfig = SummarizeConfig(enabled=True, min_tokens=40, keep_sentences=1)
     trim_args: TrimArgsConfig = TrimArgsConfig()
     planner: PlannerConfig = PlannerConfig()
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
@@ -138,9 +145,7 @@ PRESETS: dict[str, PipelineConfig] = {
         relevance_turns=0,
         mask=MaskConfig(min_tokens=40, head_lines=1, tail_lines=1, max_keywords=30),
         summarize=SummarizeConfig(enabled=True, min_tokens=60, keep_sentences=1),
-        planner=PlannerConfig(
-            min_expected_turns=12, max_expected_turns=12, free_step_cost=1.0
-        ),
+        planner=PlannerConfig(min_expected_turns=12, max_expected_turns=12, free_step_cost=1.0),
     ),
 }
 

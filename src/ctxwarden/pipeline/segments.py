@@ -126,7 +126,6 @@ def segment_view(
     )
 
 
-
 def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
     recent: set[Path] = set()
     budget = config.recency_tokens
@@ -139,9 +138,11 @@ def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
         else:
             break
     texts = [s for s in segments if s.kind == "assistant_text"]
-    recent.update(s.path for s in texts[-4:])
+    if config.keep_newest_texts:
+        recent.update(s.path for s in texts[-config.keep_newest_texts :])
     calls = [s for s in segments if s.kind == "tool_args"]
-    recent.update(s.path for s in calls[-2:])
+    if config.keep_newest_calls:
+        recent.update(s.path for s in calls[-config.keep_newest_calls :])
     return frozenset(recent)
 
 
