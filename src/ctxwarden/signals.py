@@ -16,6 +16,7 @@ import re
 import orjson
 
 __all__ = [
+    "argument_error_lines",
     "command_of",
     "distinctive_set",
     "distinctive_strings",
@@ -77,6 +78,27 @@ def _error_lines(text: str, limit: int) -> tuple[str, ...]:
             if len(out) >= limit:
                 break
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def argument_error_lines(arguments: str) -> frozenset[str]:
+    """The error lines of tool-call arguments, read inside their JSON string values (a
+    script written through a call keeps its lines there); non-JSON text as it is."""
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return frozenset(error_lines(arguments))
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            found.update(error_lines(v))
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return frozenset(found)
 
 
 _WORD_RE = re.compile(r"[A-Za-z0-9_$][A-Za-z0-9_$./:-]*[A-Za-z0-9_$]|\d{2,}")

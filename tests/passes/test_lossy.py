@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -345,3 +346,52 @@ def test_large_outputs_may_keep_more_mentions_per_1k_tokens() -> None:
 
     assert len(mentions(fixed)) == 2
     assert len(mentions(text)) > 2
+
+
+# -- trim_args ------------------------------------------------------------------------
+
+
+def _script_request(script: str) -> dict[str, Any]:
+    return request(
+        call("c1", script),
+        result("c1", "written"),
+        call("c2", "python t.py"),
+        result("c2", "ok"),
+    )
+
+
+def test_trim_args_keeps_head_and_error_lines_and_recalls_the_original() -> None:
+    body = [f"    step_{i}()" for i in range(40)]
+    script = "\n".join(
+        [
+            "cat > t.py <<'EOF'",
+            "try:",
+            *body,
+            "except ValueError:",
+            "    print('Error: bad')",
+            "EOF",
+        ]
+    )
+    wire = _script_request(script)
+    engine = make_engine(pipeline={**FORCE, "order": ["trim_args"], "keep_newest_calls": 1})
+    res = engine.condense(wire)
+    sent = res.request["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    original = wire["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert sent != original
+    value = json.loads(sent)["command"]  # still valid JSON with the same key
+    lines = value.split("\n")
+    assert lines[0] == "cat > t.py <<'EOF'"
+    assert "except ValueError:" in lines and "    print('Error: bad')" in lines
+    assert "step_20" not in value
+    (ref,) = refs_in(value)
+    assert engine.recall(ref) == original
+    # the newest call stays as it was
+    assert res.request["messages"][4] == wire["messages"][4]
+
+
+def test_trim_args_leaves_a_short_value_with_an_error_line_whole() -> None:
+    one_line = "echo 'Error: this single long line is kept because it is an error' " + "x" * 200
+    engine = make_engine(pipeline={**FORCE, "order": ["trim_args"], "keep_newest_calls": 1})
+    res = engine.condense(_script_request(one_line))
+    sent = res.request["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(sent)["command"] == one_line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,43 @@ def test_a_request_the_api_rejects_is_counted(session_file: Path) -> None:
 
     m = run_replay([session_file], [Scripted("j", break_json)], baselines=[]).subject("j")
     assert m.sessions[0].violations == {"json": 1}  # request 3 only; nothing else changed
+
+
+def test_critical_counts_tool_output_error_lines_visible_anywhere(tmp_path: Path) -> None:
+    script = "cat > t.py <<'EOF'\ntry:\n    run()\nexcept ValueError:\n    print('x')\nEOF"
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "fix it"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": json.dumps({"command": script})},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "KeyError: 'database_url'"},
+        {"role": "assistant", "content": "The run failed:\nKeyError: 'database_url'"},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": "done"},
+    ]
+    path = write_session(tmp_path, messages)
+
+    def drop_output_and_script(request: dict[str, Any]) -> dict[str, Any]:
+        msgs = _messages(request)
+        if len(msgs) > 5:
+            msgs[3] = {**msgs[3], "content": "[condensed]"}
+            call = msgs[2]["tool_calls"][0]
+            trimmed = {**call, "function": {**call["function"], "arguments": "{}"}}
+            msgs[2] = {**msgs[2], "tool_calls": [trimmed]}
+        return {**request, "messages": msgs}
+
+    subject = Scripted("drop", drop_output_and_script)
+    m = run_replay([path], [subject], baselines=[]).subject("drop").sessions[0]
+    # only the tool output's line is counted (the script's `except ValueError:` is not an
+    # error the agent saw); it stays visible through the assistant's quote of it
+    assert m.critical_total == m.requests - 1  # every request holding the output
+    assert m.critical_visible == m.critical_total

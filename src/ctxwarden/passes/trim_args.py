@@ -2,9 +2,10 @@
 
 Agents write whole files and patches into tool-call arguments; once the call is old
 its effect is visible in later outputs. Each string value longer than
-``max_value_chars`` keeps ``head_lines`` and ``tail_lines`` around a note with the
-reference to the exact original arguments. The result stays valid JSON (non-JSON
-arguments are trimmed as one string). Arguments holding error lines are left alone.
+``max_value_chars`` keeps ``head_lines`` and ``tail_lines`` and every error line (a
+script that prints ``Error: ...``) around a note with the reference to the exact
+original arguments. The result stays valid JSON (non-JSON arguments are trimmed as
+one string).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import orjson
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
-from ctxwarden.signals import error_lines
+from ctxwarden.signals import argument_error_lines, is_error_line
 
 __all__ = ["TrimArgsPass", "trim_value"]
 
@@ -27,11 +28,15 @@ def trim_value(value: str, ref: str, config: TrimArgsConfig) -> str:
     lines = value.split("\n")
     head, tail = config.head_lines, config.tail_lines
     if len(lines) <= head + tail + 1:
+        if is_error_line(value):
+            return value
         cut = config.max_value_chars // 2
         return f"{value[:cut]}...[ctxwarden: {len(value) - cut:,} chars condensed; {ref}]"
-    hidden = len(lines) - head - tail
+    middle = lines[head : len(lines) - tail]
+    errors = [line for line in middle if is_error_line(line)]
+    hidden = len(middle) - len(errors)
     note = f"...[ctxwarden: {hidden:,} lines condensed; full arguments: {ref}]"
-    return "\n".join([*lines[:head], note, *(lines[len(lines) - tail :] if tail else [])])
+    return "\n".join([*lines[:head], note, *errors, *(lines[len(lines) - tail :] if tail else [])])
 
 
 def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
@@ -52,6 +57,12 @@ def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
     return node, False
 
 
+def _keeps_errors(original: str, trimmed: str) -> bool:
+    """Every error line of the original arguments (JSON-decoded) is a line of the trim."""
+    errors = argument_error_lines(original)
+    return not errors or errors <= argument_error_lines(trimmed)
+
+
 class TrimArgsPass:
     """Condenses long string values of old tool-call arguments (lossy, recallable)."""
 
@@ -65,18 +76,19 @@ class TrimArgsPass:
         if arguments in self._memo:
             return self._memo[arguments]
         result: str | None = None
-        if not error_lines(arguments):
-            ref = ref_for(arguments)
-            try:
-                parsed = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                parsed = None
-                if len(arguments) > self.config.max_value_chars:
-                    result = trim_value(arguments, ref, self.config)
-            if parsed is not None:
-                trimmed, changed = _trim(parsed, ref, self.config)
-                if changed:
-                    result = orjson.dumps(trimmed).decode()
+        ref = ref_for(arguments)
+        try:
+            parsed = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            parsed = None
+            if len(arguments) > self.config.max_value_chars:
+                result = trim_value(arguments, ref, self.config)
+        if parsed is not None:
+            trimmed, changed = _trim(parsed, ref, self.config)
+            if changed:
+                result = orjson.dumps(trimmed).decode()
+        if result is not None and not _keeps_errors(arguments, result):
+            result = None
         if len(self._memo) > 20_000:
             self._memo.clear()
         self._memo[arguments] = result

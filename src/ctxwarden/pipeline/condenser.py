@@ -32,7 +32,7 @@ from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, r
 from ctxwarden.pipeline.presets import PipelineConfig, build_passes, resolve_pipeline
 from ctxwarden.pipeline.segments import SegmentView, segment_view
 from ctxwarden.pipeline.state import Decision, SessionState
-from ctxwarden.signals import error_lines
+from ctxwarden.signals import argument_error_lines, error_lines
 from ctxwarden.store.base import Store
 from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
@@ -318,6 +318,9 @@ class Condenser:
         rep: Replacement,
         applied: dict[Path, Replacement],
     ) -> bool:
+        if segment.kind == "tool_args":
+            kept = argument_error_lines(segment.text)
+            return not kept or kept <= argument_error_lines(rep.text)
         errors = error_lines(segment.text)
         if not errors:
             return True

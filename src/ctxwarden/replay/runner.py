@@ -282,7 +282,7 @@ def _replay_session(
             m.cost_anthropic.append(request_cost(c.tokens, cached_a, p_anthropic, writes=True))
             m.exact_cost_openai += exact_o
             m.exact_cost_anthropic += exact_a
-            missed, lost = _measure(st, o, c, strings, original.errors)
+            missed, lost = _measure(st, o, c, strings, original.tool_errors)
             violations = check_integrity(rr.request, cond, rr.api, o, c, st.validated)
             m.violations.update(violations)
             if isinstance(st.subject, MaskSubject) and report.get("masked"):

@@ -53,6 +53,8 @@ class MessageInfo:
     tool_tokens: frozenset[str]
     other_tokens: frozenset[str]
     errors: frozenset[str]
+    tool_errors: frozenset[str]
+    """Error lines of this message's tool-output texts (what the critical figure counts)."""
     skeleton: tuple[tuple[str, str, str], ...]
     refs: tuple[str, ...]
     text: str
@@ -68,6 +70,7 @@ def describe(item: Any, count: CountText, *, overhead: int = MESSAGE_OVERHEAD) -
     tool: set[str] = set()
     other: set[str] = set()
     errors: set[str] = set()
+    tool_errors: set[str] = set()
     tokens = overhead
     for is_tool, text in texts:
         if text == MEDIA_PLACEHOLDER:
@@ -75,7 +78,10 @@ def describe(item: Any, count: CountText, *, overhead: int = MESSAGE_OVERHEAD) -
             continue
         tokens += count(text)
         (tool if is_tool else other).update(distinctive_tokens(text))
-        errors.update(error_lines(text))
+        found = error_lines(text)
+        errors.update(found)
+        if is_tool:
+            tool_errors.update(found)
     joined = "\n".join(t for _, t in texts)
     return MessageInfo(
         item=item,
@@ -86,6 +92,7 @@ def describe(item: Any, count: CountText, *, overhead: int = MESSAGE_OVERHEAD) -
         tool_tokens=frozenset(tool),
         other_tokens=frozenset(other),
         errors=frozenset(errors),
+        tool_errors=frozenset(tool_errors),
         skeleton=item_skeleton(item),
         refs=tuple(dict.fromkeys(REF_PATTERN.findall(joined))),
         text=joined,
@@ -141,6 +148,8 @@ class RequestView:
         """Multiset of distinctive strings elsewhere (header included)."""
         self.errors: dict[str, int] = {}
         """Multiset of error lines of the current request's messages."""
+        self.tool_errors: dict[str, int] = {}
+        """Multiset of error lines of the current request's tool outputs."""
 
     def info(self, item: Any) -> MessageInfo:
         found = self._cache.get(id(item))
@@ -189,6 +198,7 @@ class RequestView:
         _add(self.tool_tokens, info.tool_tokens, sign)
         _add(self.other_tokens, info.other_tokens, sign)
         _add(self.errors, info.errors, sign)
+        _add(self.tool_errors, info.tool_errors, sign)
 
     def visible(self, token: str) -> bool:
         """True when ``token`` is a distinctive string anywhere in the current request."""
