@@ -67,16 +67,25 @@ def error_lines(text: str, limit: int = 400) -> list[str]:
 
 @functools.lru_cache(maxsize=8192)
 def _error_lines(text: str, limit: int) -> tuple[str, ...]:
-    if not _ERROR_RE.search(text):
-        return ()
+    """Same result as testing each line alone, in one left-to-right scan: each hit is
+    checked against its own line (a hit may span a line break), then the scan moves on
+    to the next line."""
     out: list[str] = []
     seen: set[str] = set()
-    for line in text.split("\n"):
+    pos = 0
+    while len(out) < limit:
+        match = _ERROR_RE.search(text, pos)
+        if match is None:
+            break
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.start())
+        if end < 0:
+            end = len(text)
+        line = text[start:end]
         if line and line not in seen and _ERROR_RE.search(line):
             seen.add(line)
             out.append(line)
-            if len(out) >= limit:
-                break
+        pos = end + 1
     return tuple(out)
 
 
@@ -133,12 +142,18 @@ def distinctive_strings(text: str) -> list[str]:
 @functools.lru_cache(maxsize=8192)
 def _distinctive_tuple(text: str) -> tuple[str, ...]:
     out: list[str] = []
-    seen: set[str] = set()
-    for match in _WORD_RE.finditer(text):
-        word = match.group(0).rstrip(".:-")
-        if word not in seen and _distinctive(word):
-            seen.add(word)
-            out.append(word)
+    seen: set[str] = set()  # every word judged so far, kept or not
+    for raw in _WORD_RE.findall(text):
+        word = raw.rstrip(".:-")
+        if word in seen:
+            continue
+        seen.add(word)
+        if word.isalpha():  # the common case, judged without a call: camelCase only
+            if len(word) < 4 or word[1:].islower() or word.isupper():
+                continue
+        elif not _distinctive(word):
+            continue
+        out.append(word)
     return tuple(out)
 
 

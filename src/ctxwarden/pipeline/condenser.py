@@ -30,7 +30,7 @@ from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResult
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
 from ctxwarden.pipeline.presets import PipelineConfig, build_passes, resolve_pipeline
-from ctxwarden.pipeline.segments import SegmentView, segment_view
+from ctxwarden.pipeline.segments import SegmentCache, SegmentView, segment_view
 from ctxwarden.pipeline.state import Decision, SessionState
 from ctxwarden.signals import argument_error_lines, error_lines
 from ctxwarden.store.base import Store
@@ -56,6 +56,9 @@ class Condenser:
         self.pipeline: PipelineConfig = resolve_pipeline(config.preset, config.pipeline)
         self.passes = build_passes(self.pipeline)
         self.store = store
+        self._segment_cache = SegmentCache()
+        self._saved_memo: dict[tuple[Path, str], int] = {}
+        """Tokens each replacement saves, for the request being condensed."""
 
     # -- the whole request -------------------------------------------------------------
     def run(
@@ -72,12 +75,20 @@ class Condenser:
     ) -> CondenseOutcome:
         """Condense ``conversation``; ``element_tokens`` are its per-element counts."""
         state = SessionState.decode(self.store.get_state(tenant, session))
-        view = segment_view(conversation, counter, self.pipeline)
+        self._saved_memo.clear()
         exact_hashes = element_hashes or hash_elements(conversation)
+        view = segment_view(
+            conversation,
+            counter,
+            self.pipeline,
+            cache=self._segment_cache,
+            session=f"{tenant}\x00{session}",
+            message_keys=exact_hashes[1:],
+        )
         exact_tokens = element_tokens
         report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
 
-        frozen, failed = self._frozen(state, view, exact_hashes, tenant)
+        frozen, failed, frozen_refs = self._frozen(state, view, exact_hashes, tenant)
         report["segment_failures"] += len(failed)
         frozen_saved = sum(self._saved(view, p, r, counter) for p, r in frozen.items())
         frozen_total = sum(exact_tokens) - frozen_saved
@@ -117,7 +128,7 @@ class Condenser:
             json_pointer(p): Decision(
                 text=r.text,
                 transform=r.transform,
-                original_ref=ref_for(view.text(p)),
+                original_ref=frozen_refs.get(p) or ref_for(view.text(p)),
                 refs=list(r.refs),
                 saved=self._saved(view, p, r, counter),
             )
@@ -132,10 +143,14 @@ class Condenser:
         return CondenseOutcome(result, report)
 
     # -- pieces ------------------------------------------------------------------------
-    @staticmethod
-    def _saved(view: SegmentView, path: Path, r: Replacement, counter: TokenCounter) -> int:
-        segment = view.segment(path)
-        return segment.tokens - counter.count_text(r.text) if segment else 0
+    def _saved(self, view: SegmentView, path: Path, r: Replacement, counter: TokenCounter) -> int:
+        key = (path, r.text)
+        saved = self._saved_memo.get(key)
+        if saved is None:
+            segment = view.segment(path)
+            saved = segment.tokens - counter.count_text(r.text) if segment else 0
+            self._saved_memo[key] = saved
+        return saved
 
     def _total_saving(
         self, view: SegmentView, reps: dict[Path, Replacement], counter: TokenCounter
@@ -148,12 +163,14 @@ class Condenser:
         view: SegmentView,
         exact_hashes: list[str],
         tenant: str,
-    ) -> tuple[dict[Path, Replacement], set[Path]]:
-        """Adopted replacements still valid for this request, and the segments whose
-        artifact went missing or corrupt (they stay as they were)."""
+    ) -> tuple[dict[Path, Replacement], set[Path], dict[Path, str]]:
+        """Adopted replacements still valid for this request, the segments whose
+        artifact went missing or corrupt (they stay as they were), and the reference of
+        each frozen segment's original."""
         failed: set[Path] = set()
+        refs: dict[Path, str] = {}
         if not state.decisions:
-            return {}, failed
+            return {}, failed, refs
         common = common_prefix(state.exact_hashes, exact_hashes)
         by_key = {json_pointer(s.path): s for s in view.segments}
         frozen: dict[Path, Replacement] = {}
@@ -168,7 +185,8 @@ class Condenser:
                 failed.add(segment.path)
                 continue
             frozen[segment.path] = Replacement(decision.text, decision.transform, originals=())
-        return frozen, failed
+            refs[segment.path] = decision.original_ref
+        return frozen, failed, refs
 
     def _resolves(self, tenant: str, ref: str) -> bool:
         """True when ``ref`` still reads back intact (checked on every request: the

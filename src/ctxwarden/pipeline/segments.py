@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation
-from ctxwarden.model.parts import Path, TextPart, ToolCallPart, ToolResultPart
+from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import Segment
 from ctxwarden.pipeline.presets import PipelineConfig
 from ctxwarden.signals import command_of, distinctive_set, paths_in
 from ctxwarden.tokens.counter import TokenCounter
 
-__all__ = ["SegmentView", "segment_view"]
+__all__ = ["SegmentCache", "SegmentView", "segment_view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,48 +41,116 @@ class SegmentView:
         return segment.text if segment else ""
 
 
+@dataclass(slots=True)
+class _Built:
+    """What the segment walk knows after the first ``len(keys)`` messages."""
+
+    keys: list[str]
+    segments: list[Segment] = field(default_factory=list)
+    calls: dict[str, ToolCallPart] = field(default_factory=dict)
+    positions: dict[str, int] = field(
+        default_factory=lambda: {
+            "tool_output": 0,
+            "tool_args": 0,
+            "assistant_text": 0,
+            "user_text": 0,
+        }
+    )
+    commands: list[str] = field(default_factory=list)
+    visible: set[str] = field(default_factory=set)
+
+
+class SegmentCache:
+    """Per-session memory of the last walk, so a request that extends the previous one
+    (the usual case: agents append) only walks its new messages. Keyed by session; at
+    most ``max_sessions`` are kept (least recently used dropped). Purely an
+    optimisation: the result is the same as walking everything."""
+
+    def __init__(self, max_sessions: int = 64) -> None:
+        self.max_sessions = max_sessions
+        self._built: OrderedDict[str, _Built] = OrderedDict()
+
+    def take(self, session: str, keys: list[str]) -> _Built:
+        """The state to extend for a conversation with message ``keys`` (fresh when the
+        cached walk is not a prefix of it). The entry is removed; :meth:`put` it back."""
+        built = self._built.pop(session, None)
+        if built is not None and keys[: len(built.keys)] == built.keys:
+            return built
+        return _Built(keys=[])
+
+    def put(self, session: str, built: _Built) -> None:
+        self._built[session] = built
+        while len(self._built) > self.max_sessions:
+            self._built.popitem(last=False)
+
+
 def segment_view(
-    conversation: Conversation, counter: TokenCounter, config: PipelineConfig
+    conversation: Conversation,
+    counter: TokenCounter,
+    config: PipelineConfig,
+    *,
+    cache: SegmentCache | None = None,
+    session: str = "",
+    message_keys: list[str] | None = None,
 ) -> SegmentView:
-    """Collect segments: tool-output texts and assistant / user message texts."""
-    protected = protected_message_indexes(conversation)
-    calls: dict[str, ToolCallPart] = {}
-    segments: list[Segment] = []
-    eligible: set[Path] = set()
-    positions = {"tool_output": 0, "tool_args": 0, "assistant_text": 0, "user_text": 0}
-    recent_commands: list[str] = []
-    visible: set[str] = set()
-    for i, message in enumerate(conversation.messages):
-        for part in message.parts:
-            if isinstance(part, ToolCallPart):
-                calls[part.call_id] = part
-                recent_commands.append(command_of(part.arguments))
-                visible |= distinctive_set(part.arguments)
-                if part.arguments_path is not None:
-                    segments.append(
-                        Segment(
-                            path=part.arguments_path,
-                            message_index=i,
-                            position=positions["tool_args"],
-                            kind="tool_args",
-                            text=part.arguments,
-                            tokens=counter.count_text(part.arguments),
-                            tool_name=part.name,
-                            call_id=part.call_id,
-                        )
+    """Collect segments: tool-output texts and assistant / user message texts.
+
+    With a ``cache`` and the messages' content ``message_keys`` (one per message), only
+    messages past the previous walk of ``session`` are walked again.
+    """
+    messages = conversation.messages
+    keys = message_keys if message_keys is not None and len(message_keys) == len(messages) else None
+    cached = cache is not None and keys is not None
+    built = cache.take(session, keys) if cache is not None and keys is not None else _Built([])
+    for i in range(len(built.keys), len(messages)):
+        _walk_message(built, i, messages[i].role, messages[i].parts, counter)
+        built.keys.append(keys[i] if keys is not None else "")
+    if cached and cache is not None:
+        cache.put(session, built)
+    segments = list(built.segments)
+    by_path = {s.path: s for s in segments}
+    return SegmentView(
+        segments=segments,
+        eligible=_eligible(conversation, by_path, config),
+        recent=_recent(segments, config),
+        relevant=_relevant(segments, built.commands, config),
+        visible=frozenset(built.visible),
+        by_path=by_path,
+    )
+
+
+def _walk_message(
+    built: _Built, i: int, role: str, parts: tuple[Part, ...], counter: TokenCounter
+) -> None:
+    positions = built.positions
+    for part in parts:
+        if isinstance(part, ToolCallPart):
+            built.calls[part.call_id] = part
+            built.commands.append(command_of(part.arguments))
+            built.visible |= distinctive_set(part.arguments)
+            if part.arguments_path is not None:
+                built.segments.append(
+                    Segment(
+                        path=part.arguments_path,
+                        message_index=i,
+                        position=positions["tool_args"],
+                        kind="tool_args",
+                        text=part.arguments,
+                        tokens=counter.count_text(part.arguments),
+                        tool_name=part.name,
+                        call_id=part.call_id,
                     )
-                    positions["tool_args"] += 1
-                    if i not in protected:
-                        eligible.add(part.arguments_path)
-            elif isinstance(part, ToolResultPart):
-                call = calls.get(part.call_id)
-                name = call.name if call else ""
-                policy = config.tools.get(name)
-                command = command_of(call.arguments) if call else ""
-                for sub in part.content:
-                    if not isinstance(sub, TextPart):
-                        continue
-                    seg = Segment(
+                )
+                positions["tool_args"] += 1
+        elif isinstance(part, ToolResultPart):
+            call = built.calls.get(part.call_id)
+            name = call.name if call else ""
+            command = command_of(call.arguments) if call else ""
+            for sub in part.content:
+                if not isinstance(sub, TextPart):
+                    continue
+                built.segments.append(
+                    Segment(
                         path=sub.path,
                         message_index=i,
                         position=positions["tool_output"],
@@ -93,37 +162,62 @@ def segment_view(
                         call_id=part.call_id,
                         is_error=part.is_error,
                     )
-                    positions["tool_output"] += 1
-                    segments.append(seg)
+                )
+                positions["tool_output"] += 1
+        elif isinstance(part, TextPart) and role in ("assistant", "user"):
+            kind = "assistant_text" if role == "assistant" else "user_text"
+            built.visible |= distinctive_set(part.text)
+            built.segments.append(
+                Segment(
+                    path=part.path,
+                    message_index=i,
+                    position=positions[kind],
+                    kind=kind,  # type: ignore[arg-type]
+                    text=part.text,
+                    tokens=counter.count_text(part.text),
+                )
+            )
+            positions[kind] += 1
+
+
+def _eligible(
+    conversation: Conversation, by_path: dict[Path, Segment], config: PipelineConfig
+) -> frozenset[Path]:
+    """Paths a pass may rewrite: outside protected messages, of an editable safety
+    class, and not excluded by the tool's policy. Recomputed every request (protection
+    moves with the newest messages)."""
+    protected = protected_message_indexes(conversation)
+    eligible: set[Path] = set()
+    for i, message in enumerate(conversation.messages):
+        if i in protected:
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolCallPart):
+                if part.arguments_path is not None:
+                    eligible.add(part.arguments_path)
+            elif isinstance(part, ToolResultPart):
+                for sub in part.content:
+                    if not isinstance(sub, TextPart) or not sub.safety.editable:
+                        continue
+                    seg = by_path.get(sub.path)
+                    policy = config.tools.get(seg.tool_name) if seg else None
                     excluded = policy is not None and (
                         policy.exclude
-                        or (policy.min_tokens is not None and seg.tokens < policy.min_tokens)
+                        or (
+                            policy.min_tokens is not None
+                            and seg is not None
+                            and seg.tokens < policy.min_tokens
+                        )
                     )
-                    if i not in protected and sub.safety.editable and not excluded:
+                    if not excluded:
                         eligible.add(sub.path)
-            elif isinstance(part, TextPart) and message.role in ("assistant", "user"):
-                kind = "assistant_text" if message.role == "assistant" else "user_text"
-                visible |= distinctive_set(part.text)
-                segments.append(
-                    Segment(
-                        path=part.path,
-                        message_index=i,
-                        position=positions[kind],
-                        kind=kind,  # type: ignore[arg-type]
-                        text=part.text,
-                        tokens=counter.count_text(part.text),
-                    )
-                )
-                positions[kind] += 1
-                if i not in protected and part.safety.editable:
-                    eligible.add(part.path)
-    return SegmentView(
-        segments=segments,
-        eligible=frozenset(eligible),
-        recent=_recent(segments, config),
-        relevant=_relevant(segments, recent_commands, config),
-        visible=frozenset(visible),
-    )
+            elif (
+                isinstance(part, TextPart)
+                and message.role in ("assistant", "user")
+                and part.safety.editable
+            ):
+                eligible.add(part.path)
+    return frozenset(eligible)
 
 
 def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:

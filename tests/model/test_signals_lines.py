@@ -1,0 +1,75 @@
+"""error_lines scans once but must equal testing every line on its own."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxwarden.signals import error_lines, is_error_line
+
+_LINES = st.sampled_from(
+    [
+        "",
+        "  ",
+        "ok",
+        "Traceback (most recent call last):",
+        "E       assert 1 == 2",
+        "  E  x",
+        "file.py:12:",
+        "error: boom",
+        "src/a.c:3:4: error: bad",
+        "FAILED tests/test_a.py::test_x",
+        "KeyError: 'k'",
+        "<returncode>1</returncode>",
+        "nothing to see",
+    ]
+)
+
+
+@given(st.lists(_LINES, max_size=30))
+def test_error_lines_equal_a_line_by_line_scan(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    expected: list[str] = []
+    for line in text.split("\n"):
+        if line and line not in expected and is_error_line(line):
+            expected.append(line)
+    assert error_lines(text) == expected
+
+
+_WORDS = st.sampled_from(
+    [
+        "plain",
+        "getUserName",
+        "HTTP",
+        "Http",
+        "ab",
+        "a1",
+        "12",
+        "7",
+        "src/a.py",
+        "x.y",
+        "os.path",
+        "parse_header",
+        "ÄpfelBaum",
+        "eXtra",
+        "CamelCase",
+        "snake_",
+        "$var",
+        "a:b",
+        "1234",
+        "v2",
+    ]
+)
+
+
+@given(st.lists(_WORDS, max_size=20), st.sampled_from([" ", "\n", ", ", "("]))
+def test_distinctive_strings_match_the_word_rule(words: list[str], sep: str) -> None:
+    from ctxwarden.signals import _WORD_RE, _distinctive, distinctive_strings
+
+    text = sep.join(words)
+    expected: list[str] = []
+    for raw in _WORD_RE.findall(text):
+        word = raw.rstrip(".:-")
+        if word not in expected and _distinctive(word):
+            expected.append(word)
+    assert distinctive_strings(text) == expected
