@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ctxwarden.config import EngineConfig
+from ctxwarden.config import EngineConfig, StoreConfig
 from ctxwarden.replay.inputs import expand_paths
 from ctxwarden.replay.runner import ReplayOptions, run_replay
 
@@ -45,7 +45,9 @@ def _parse_sets(items: list[str]) -> dict[str, Any]:
 
 def _run(job: tuple[list[str], str, dict[str, Any]]) -> list[dict[str, Any]]:
     files, preset, overrides = job
-    config = EngineConfig(preset=preset, pipeline=overrides)
+    # a memory store per process: a shared on-disk store would carry session state over
+    # from earlier runs (and other configs) and skew the figures
+    config = EngineConfig(preset=preset, pipeline=overrides, store=StoreConfig(backend="memory"))
     result = run_replay(files, [config], baselines=("exact",), options=ReplayOptions())
     subject = result.subject(result.subjects[-1].name)
     rows = []

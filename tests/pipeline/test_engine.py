@@ -193,3 +193,21 @@ def test_report_never_contains_message_contents() -> None:
         assert needle not in blob, needle
     # The engine config is the only switch that may put contents in the report.
     assert EngineConfig().include_contents_in_report is False
+
+
+def test_output_is_independent_of_what_the_engine_condensed_before() -> None:
+    """Memos are keyed by everything a result depends on: the same output seen earlier
+    under another model's tokenizer (an estimate, scaled) does not leak its count."""
+    wire = request(
+        call("c1", "cat big.py"),
+        result("c1", lines_of("big", 120)),
+        call("c2", "ls"),
+        result("c2", "big.py"),
+    )
+    used = make_engine(pipeline=FORCE)
+    used.condense({**wire, "model": "claude-sonnet-4-5"}, session="other")
+    fresh = make_engine(pipeline=FORCE)
+    a = used.condense(wire, session="s").request
+    b = fresh.condense(wire, session="s").request
+    assert a["messages"][3]["content"] != wire["messages"][3]["content"]  # it was masked
+    assert dumps(a) == dumps(b)

@@ -49,8 +49,10 @@ class MaskPass:
             name_action=False,  # the call that produced the output is right before it
         )
         self._memo: dict[
-            tuple[str, str, str, int], tuple[str, tuple[str, ...], tuple[str, ...]]
+            tuple[str, str, str, int, int], tuple[str, tuple[str, ...], tuple[str, ...]]
         ] = {}
+        """Built placeholders by everything they are made of (the token count too: the
+        same text counts differently under another model's tokenizer)."""
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
@@ -68,7 +70,13 @@ class MaskPass:
             ):
                 continue
             ref = ref_for(segment.text)
-            key = (segment.text, segment.tool_name, segment.command, int(segment.is_error))
+            key = (
+                segment.text,
+                segment.tool_name,
+                segment.command,
+                int(segment.is_error),
+                segment.tokens,
+            )
             built = self._memo.get(key)
             if built is None:
                 built = placeholder_parts(segment, ref, self.digest)

@@ -138,14 +138,18 @@ PRESETS: dict[str, PipelineConfig] = {
         order=("dedupe", "supersede", "normalize", "truncate", "mask"),
         recency_tokens=8000,
         relevance_turns=4,
+        keep_newest_texts=4,
+        keep_newest_calls=2,
         mask=MaskConfig(min_tokens=400, head_lines=5, tail_lines=5, max_keywords=300),
+        planner=PlannerConfig(min_expected_turns=8, max_expected_turns=8),
     ),
     "balanced": PipelineConfig(),
     "aggressive": PipelineConfig(
         relevance_turns=0,
+        keep_newest_texts=0,
         mask=MaskConfig(min_tokens=40, head_lines=1, tail_lines=1, max_keywords=30),
-        summarize=SummarizeConfig(enabled=True, min_tokens=60, keep_sentences=1),
-        planner=PlannerConfig(min_expected_turns=12, max_expected_turns=12, free_step_cost=1.0),
+        summarize=SummarizeConfig(enabled=True, min_tokens=40, keep_sentences=1),
+        planner=PlannerConfig(min_expected_turns=40, max_expected_turns=40, free_step_cost=1.0),
     ),
 }
 
