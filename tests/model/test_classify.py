@@ -71,3 +71,34 @@ def test_session_key_differs_by_task() -> None:
     other = _chat(1)
     other["messages"][1] = {"role": "user", "content": "another task"}  # type: ignore[index]
     assert derive_session_key(parse(_chat(1))) != derive_session_key(parse(other))
+
+
+def test_session_key_tells_apart_tasks_behind_a_shared_demonstration() -> None:
+    """Agents that send a shared demonstration as the first user message and the task
+    second must not share one session's state."""
+    parse = get_adapter("openai.chat").parse
+    a = _chat(2)
+    b = _chat(2)
+    demo = {"role": "user", "content": "Here is a demonstration of the interface."}
+    a["messages"] = [
+        a["messages"][0],
+        demo,
+        {"role": "user", "content": "task A"},
+        *a["messages"][2:],
+    ]  # type: ignore[index]
+    b["messages"] = [
+        b["messages"][0],
+        demo,
+        {"role": "user", "content": "task B"},
+        *b["messages"][2:],
+    ]  # type: ignore[index]
+    assert derive_session_key(parse(a)) != derive_session_key(parse(b))
+
+
+def test_session_key_tells_apart_runs_whose_first_replies_differ() -> None:
+    parse = get_adapter("openai.chat").parse
+    a = _chat(3)
+    b = _chat(3)
+    first_reply = next(i for i, m in enumerate(b["messages"]) if m["role"] == "assistant")  # type: ignore[index,union-attr]
+    b["messages"][first_reply] = {**b["messages"][first_reply], "content": "another plan"}  # type: ignore[index,dict-item]
+    assert derive_session_key(parse(a)) != derive_session_key(parse(b))
