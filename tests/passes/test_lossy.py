@@ -395,3 +395,42 @@ def test_trim_args_leaves_a_short_value_with_an_error_line_whole() -> None:
     res = engine.condense(_script_request(one_line))
     sent = res.request["messages"][2]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(sent)["command"] == one_line
+
+
+# -- suppress and keep-percent selection ------------------------------------------------
+
+
+def test_suppress_reduces_old_outputs_of_named_tools_to_a_stub_with_errors() -> None:
+    wire = request(
+        call("c1", "poll", name="heartbeat"),
+        result("c1", "\n".join(["alive"] * 30 + ["ERROR: disk almost full"])),
+        call("c2", "cat notes.md"),
+        result("c2", lines_of("notes", 30)),
+        call("c3", "poll", name="heartbeat"),
+        result("c3", "alive"),
+    )
+    pipeline = {**FORCE, "order": ["suppress"], "tools": {"heartbeat": {"suppress": True}}}
+    engine = make_engine(pipeline=pipeline)
+    res = engine.condense(wire)
+    sent = res.request["messages"]
+    stub = sent[3]["content"]
+    assert stub.startswith("[ctxwarden: output suppressed")
+    assert stub.split("\n")[1:] == ["ERROR: disk almost full"]
+    (ref,) = refs_in(stub)
+    assert engine.recall(ref) == wire["messages"][3]["content"]
+    assert sent[5] == wire["messages"][5]  # another tool: untouched by suppress
+    # without the policy nothing is suppressed
+    plain = make_engine(pipeline={**FORCE, "order": ["suppress"]}).condense(wire)
+    assert plain.request == wire
+
+
+def test_keep_newest_percent_keeps_that_share_of_outputs_in_full() -> None:
+    turns: list[dict[str, Any]] = []
+    for i in range(10):
+        turns += [call(f"c{i}", f"cat f{i}.py"), result(f"c{i}", lines_of(f"f{i}", 40))]
+    wire = request(*turns)
+    ctx, _ = context(wire, resolve_pipeline("balanced", {**FORCE, "keep_newest_percent": 30}))
+    outputs = [s for s in ctx.segments if s.kind == "tool_output"]
+    assert [s.path in ctx.recent for s in outputs] == [False] * 7 + [True] * 3
+    masked = MaskPass(MaskConfig())(ctx, {})
+    assert {s.path for s in outputs[:7]} == set(masked) & {s.path for s in outputs}

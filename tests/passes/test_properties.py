@@ -19,6 +19,8 @@ _ENGINES: dict[str, Engine] = {}
 def _engine(name: str) -> Engine:
     if name not in _ENGINES:
         pipeline = {**FORCE, "order": [name], "summarize": {"enabled": True, "min_tokens": 100}}
+        if name == "suppress":  # the generated calls are all `bash`
+            pipeline["tools"] = {"bash": {"suppress": True}}
         _ENGINES[name] = make_engine("balanced", pipeline)
     return _ENGINES[name]
 

@@ -13,6 +13,7 @@ __all__ = [
     "PassConfig",
     "SummarizeConfig",
     "SupersedeConfig",
+    "SuppressConfig",
     "TrimArgsConfig",
     "TruncateConfig",
 ]
@@ -84,6 +85,12 @@ class MaskConfig(PassConfig):
         description="Skip mentions another tool output or placeholder of the request still "
         "shows; each string stays visible somewhere (older placeholders never change).",
     )
+
+
+class SuppressConfig(PassConfig):
+    """Old outputs of tools whose policy says ``suppress = true`` become a stub."""
+
+    min_tokens: int = Field(0, ge=0)
 
 
 class TrimArgsConfig(PassConfig):

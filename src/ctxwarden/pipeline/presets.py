@@ -20,6 +20,7 @@ from ctxwarden.passes.config import (
     NormalizeConfig,
     SummarizeConfig,
     SupersedeConfig,
+    SuppressConfig,
     TrimArgsConfig,
     TruncateConfig,
 )
@@ -28,6 +29,7 @@ from ctxwarden.passes.mask import MaskPass
 from ctxwarden.passes.normalize import NormalizePass
 from ctxwarden.passes.summarize import SummarizePass
 from ctxwarden.passes.supersede import SupersedePass
+from ctxwarden.passes.suppress import SuppressPass
 from ctxwarden.passes.trim_args import TrimArgsPass
 from ctxwarden.passes.truncate import TruncatePass
 
@@ -41,12 +43,15 @@ __all__ = [
     "resolve_pipeline",
 ]
 
-PassName = Literal["dedupe", "supersede", "normalize", "truncate", "mask", "summarize", "trim_args"]
+PassName = Literal[
+    "dedupe", "supersede", "normalize", "truncate", "suppress", "mask", "summarize", "trim_args"
+]
 PASS_NAMES: tuple[PassName, ...] = (
     "dedupe",
     "supersede",
     "normalize",
     "truncate",
+    "suppress",
     "mask",
     "summarize",
     "trim_args",
@@ -92,9 +97,11 @@ class PlannerConfig(_Strict):
 
 
 class ToolPolicy(_Strict):
-    """A per-tool override: exclude the tool's outputs, or change thresholds."""
+    """A per-tool override: keep the tool's outputs (``exclude``), reduce old ones to a
+    stub (``suppress``), or change the size threshold."""
 
     exclude: bool = False
+    suppress: bool = False
     min_tokens: int | None = Field(None, ge=0)
 
 
@@ -109,6 +116,9 @@ class PipelineConfig(_Strict):
         "here is re-sent uncached at each step, so the default relies on relevance instead.",
     )
     keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs always kept.")
+    keep_newest_percent: float = Field(
+        0, ge=0, le=100, description="This share of all tool outputs, newest first, kept."
+    )
     keep_newest_texts: int = Field(
         1,
         ge=0,
@@ -126,6 +136,7 @@ class PipelineConfig(_Strict):
     supersede: SupersedeConfig = SupersedeConfig()
     normalize: NormalizeConfig = NormalizeConfig()
     truncate: TruncateConfig = TruncateConfig()
+    suppress: SuppressConfig = SuppressConfig()
     mask: MaskConfig = MaskConfig()
     summarize: SummarizeConfig = SummarizeConfig(enabled=True, min_tokens=40, keep_sentences=1)
     trim_args: TrimArgsConfig = TrimArgsConfig()
@@ -184,6 +195,9 @@ def build_passes(config: PipelineConfig) -> list[Pass]:
         "supersede": lambda: SupersedePass(config.supersede),
         "normalize": lambda: NormalizePass(config.normalize),
         "truncate": lambda: TruncatePass(config.truncate),
+        "suppress": lambda: SuppressPass(
+            config.suppress, [name for name, p in config.tools.items() if p.suppress]
+        ),
         "mask": lambda: MaskPass(config.mask),
         "summarize": lambda: SummarizePass(config.summarize),
         "trim_args": lambda: TrimArgsPass(config.trim_args),

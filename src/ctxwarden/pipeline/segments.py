@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -225,9 +226,12 @@ def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
     budget = config.recency_tokens
     used = 0
     outputs = [s for s in segments if s.kind == "tool_output"]
+    keep = max(
+        config.keep_newest_outputs, math.ceil(len(outputs) * config.keep_newest_percent / 100)
+    )
     for count, segment in enumerate(reversed(outputs)):
         used += segment.tokens
-        if count < config.keep_newest_outputs or used <= budget:
+        if count < keep or used <= budget:
             recent.add(segment.path)
         else:
             break

@@ -1,0 +1,53 @@
+"""Suppress: old outputs of tools the config names become a one-line stub.
+
+For tools whose output is noise once read (a screenshot log, a heartbeat, a linter
+that is re-run anyway): every eligible output of a tool with ``suppress = true`` in
+its ``[pipeline.tools.NAME]`` policy, outside the recency window, is replaced by a
+stub with its size and the reference, plus every error line verbatim. Lossy,
+recallable; size thresholds do not apply (the user asked for it by name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from ctxwarden.model.parts import Path
+from ctxwarden.passes.base import PassContext, Replacement, ref_for
+from ctxwarden.passes.config import SuppressConfig
+from ctxwarden.signals import error_lines
+
+__all__ = ["SuppressPass"]
+
+
+class SuppressPass:
+    """Replaces old outputs of the named tools with a stub (error lines kept)."""
+
+    name = "suppress"
+
+    def __init__(self, config: SuppressConfig, tools: Collection[str]) -> None:
+        self.config = config
+        self.tools = frozenset(tools)
+
+    def __call__(
+        self, ctx: PassContext, decided: Mapping[Path, Replacement]
+    ) -> dict[Path, Replacement]:
+        out: dict[Path, Replacement] = {}
+        if not self.tools:
+            return out
+        for segment in ctx.open_segments(decided):
+            if segment.tool_name not in self.tools or segment.path in ctx.recent:
+                continue
+            ref = ref_for(segment.text)
+            errors = tuple(error_lines(segment.text))
+            lines = segment.text.count("\n") + 1
+            stub = (
+                f"[ctxwarden: output suppressed ({lines:,} lines, {segment.tokens:,} tokens); "
+                f"recall {ref}]"
+            )
+            text = "\n".join([stub, *errors])
+            if ctx.counter.count_text(text) >= segment.tokens:
+                continue
+            out[segment.path] = Replacement(
+                text, self.name, originals=((ref, segment.text),), kept_lines=errors
+            )
+        return out
