@@ -434,3 +434,23 @@ def test_keep_newest_percent_keeps_that_share_of_outputs_in_full() -> None:
     assert [s.path in ctx.recent for s in outputs] == [False] * 7 + [True] * 3
     masked = MaskPass(MaskConfig())(ctx, {})
     assert {s.path for s in outputs[:7]} == set(masked) & {s.path for s in outputs}
+
+
+def test_summary_of_a_one_paragraph_text_is_its_lead() -> None:
+    text = (
+        "Now I need to understand the issue. The problem is that manage.py is not being "
+        "watched for changes. Let me check if manage.py is loaded as a module in "
+        "sys.modules, then write a script to reproduce it."
+    )
+    summary, _ = extract_summary(text, keep_sentences=1)
+    assert (
+        summary == "Now I need to understand the issue. The problem is that manage.py is not being "
+        "watched for changes."
+    )
+
+
+def test_summary_keeps_at_most_three_short_path_lines() -> None:
+    lines = [f"- touched src/pkg/mod_{i}.py for the header fix" for i in range(6)]
+    text = "I changed these files to fix the parsing of headers:\n" + "\n".join(lines)
+    summary, _ = extract_summary(text, keep_sentences=1)
+    assert summary.split("\n")[1:] == lines[:3]

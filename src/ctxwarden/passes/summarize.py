@@ -2,7 +2,8 @@
 
 Keeps the first ``keep_sentences`` sentences (more while the lead is shorter than
 :data:`MIN_LEAD_WORDS` words, so "Ah!" never stands for a paragraph), every line that
-names a path or carries an error signal, and a reference to the whole. (An LLM
+carries an error signal, up to :data:`MAX_PATH_LINES` short lines that name a path, and
+a reference to the whole. (An LLM
 summarizer can implement the same pass seam later.)
 """
 
@@ -21,6 +22,9 @@ __all__ = ["SummarizePass", "extract_summary"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?:])\s+")
 MIN_LEAD_WORDS = 8
+MAX_PATH_LINES = 3
+"""Short lines naming a path are kept (a list of touched files), at most this many."""
+MAX_PATH_LINE = 200
 
 
 @functools.lru_cache(maxsize=4096)
@@ -36,10 +40,16 @@ def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...
         words += len(sentence.split())
     lead = " ".join(taken).strip()
     kept: list[str] = []
+    path_lines = 0
     for line in text.split("\n"):
         stripped = line.strip()
-        if stripped and stripped not in lead and (is_error_line(line) or paths_in(line)):
+        if not stripped or stripped in lead or lead in stripped:
+            continue  # the lead's own line (a one-paragraph text is all one line)
+        if is_error_line(line):
             kept.append(line)
+        elif path_lines < MAX_PATH_LINES and len(stripped) <= MAX_PATH_LINE and paths_in(line):
+            kept.append(line)
+            path_lines += 1
     return "\n".join([lead, *kept]), tuple(error_lines(text))
 
 

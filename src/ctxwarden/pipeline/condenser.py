@@ -17,6 +17,7 @@ Cache-aware and deterministic:
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,7 +30,12 @@ from ctxwarden.model.hashing import element_hashes as hash_elements
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
-from ctxwarden.pipeline.presets import PipelineConfig, build_passes, resolve_pipeline
+from ctxwarden.pipeline.presets import (
+    PipelineConfig,
+    PlannerConfig,
+    build_passes,
+    resolve_pipeline,
+)
 from ctxwarden.pipeline.segments import SegmentCache, SegmentView, segment_view
 from ctxwarden.pipeline.state import Decision, SessionState
 from ctxwarden.signals import argument_error_lines, error_lines
@@ -38,7 +44,7 @@ from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import CachePricing
 
-__all__ = ["CondenseOutcome", "Condenser"]
+__all__ = ["CondenseOutcome", "Condenser", "step_is_free"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +273,7 @@ class Condenser:
         exact_costs = {
             style.name: request_cost(sum(exact_tokens), exact_cached, style) for style in styles
         }
-        best_cut, best_net = None, 0.0
+        best_cut, best_net, best_payback = None, 0.0, 0.0
         saving = 0
         for message_index in sorted(by_message, reverse=True):
             saving += by_message[message_index]
@@ -275,13 +281,17 @@ class Condenser:
                 continue
             element = message_index + 1
             worst = float("inf")
+            worst_payback = 0.0
             for style in styles:
                 frozen_cost = request_cost(total, sums[prefix], style)
                 step_cost = request_cost(total - saving, sums[min(element, prefix)], style)
                 extra = step_cost - frozen_cost
                 net = style.read * saving * expected - extra
                 exact_cost = exact_costs[style.name]
-                if extra > planner.free_step_cost * exact_cost:
+                payback = extra / (style.read * saving) if saving > 0 else float("inf")
+                if payback > planner.free_payback_turns:
+                    worst_payback = max(worst_payback, payback)
+                if not step_is_free(extra, exact_cost, payback, state, planner):
                     # a larger step must fit the session's cost ledger
                     cum_exact = state.cum_exact.get(style.name, 0.0) + exact_cost
                     cum_sent = state.cum_sent.get(style.name, 0.0) + step_cost
@@ -289,9 +299,12 @@ class Condenser:
                         net = -1.0
                 worst = min(worst, net)
             if worst > best_net:
-                best_cut, best_net = message_index, worst
+                best_cut, best_net, best_payback = message_index, worst, worst_payback
         if best_cut is None:
             return {}
+        if best_payback > 0:  # a slow bet: the next one must fit the ledger until it pays
+            window = min(best_payback, expected, planner.risk_window)
+            state.risk_until = state.turns + math.ceil(window)
         return {
             p: r
             for p, r in new.items()
@@ -414,6 +427,19 @@ class Condenser:
             "session_turns": state.turns,
             "session_steps": state.steps,
         }
+
+
+def step_is_free(
+    extra: float, exact_cost: float, payback: float, state: SessionState, planner: PlannerConfig
+) -> bool:
+    """Whether a step may skip the session's cost ledger: its extra cost this turn is at
+    most ``free_step_cost`` of the exact request's, and it is not a second slow bet (one
+    paying back in more than ``free_payback_turns``) while an earlier one is unpaid
+    (``state.risk_until``). Two such bets at a session's end are what made sessions
+    dearer than exact."""
+    if extra > planner.free_step_cost * exact_cost:
+        return False
+    return payback <= planner.free_payback_turns or state.turns >= state.risk_until
 
 
 def _prefix_tokens(tokens: list[int], prefix: int) -> int:

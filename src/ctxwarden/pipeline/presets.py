@@ -88,6 +88,16 @@ class PlannerConfig(_Strict):
         description="A step whose extra cost this turn is at most this share of the exact "
         "request's cost needs no ledger margin.",
     )
+    free_payback_turns: float = Field(
+        1,
+        ge=0,
+        description="A free step that takes longer than this many turns to pay for itself "
+        "is a bet on the session going on: while one such bet is unpaid, another must fit "
+        "the ledger (two at a session's end could make it dearer than exact).",
+    )
+    risk_window: float = Field(
+        2, ge=0, description="Turns at most that an unpaid slow step holds back the next."
+    )
     max_session_deficit: float = Field(
         0.015,
         ge=0,

@@ -40,6 +40,9 @@ class SessionState:
     steps: int = 0
     cum_exact: dict[str, float] = field(default_factory=dict)
     cum_sent: dict[str, float] = field(default_factory=dict)
+    risk_until: int = 0
+    """Turn until which an earlier step that pays back slowly is still unpaid: until
+    then a further such step must fit the cost ledger."""
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {
@@ -56,6 +59,7 @@ class SessionState:
             "steps": self.steps,
             "cum_exact": self.cum_exact,
             "cum_sent": self.cum_sent,
+            "risk_until": self.risk_until,
         }
         return orjson.dumps(data)
 
