@@ -211,3 +211,26 @@ def test_output_is_independent_of_what_the_engine_condensed_before() -> None:
     b = fresh.condense(wire, session="s").request
     assert a["messages"][3]["content"] != wire["messages"][3]["content"]  # it was masked
     assert dumps(a) == dumps(b)
+
+
+def test_one_engine_serves_sessions_from_several_threads_as_it_would_alone() -> None:
+    """Per-request memos live with the request, per-session caches are keyed by session:
+    sessions condensed concurrently on one engine give the bytes they give alone."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    workloads = [_requests(p) for p in SESSIONS[:4]]
+
+    def run(engine: Engine, k: int) -> list[bytes]:
+        return [dumps(engine.condense(r, session=f"s{k}").request) for r in workloads[k]]
+
+    alone = [run(make_engine(pipeline=FORCE), k) for k in range(len(workloads))]
+    shared = make_engine(pipeline=FORCE)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            together = list(pool.map(lambda k: run(shared, k), range(len(workloads))))
+    finally:
+        sys.setswitchinterval(interval)
+    assert together == alone

@@ -63,8 +63,6 @@ class Condenser:
         self.passes = build_passes(self.pipeline)
         self.store = store
         self._segment_cache = SegmentCache()
-        self._saved_memo: dict[tuple[Path, str], int] = {}
-        """Tokens each replacement saves, for the request being condensed."""
 
     # -- the whole request -------------------------------------------------------------
     def run(
@@ -81,7 +79,6 @@ class Condenser:
     ) -> CondenseOutcome:
         """Condense ``conversation``; ``element_tokens`` are its per-element counts."""
         state = SessionState.decode(self.store.get_state(tenant, session))
-        self._saved_memo.clear()
         exact_hashes = element_hashes or hash_elements(conversation)
         view = segment_view(
             conversation,
@@ -149,13 +146,14 @@ class Condenser:
         return CondenseOutcome(result, report)
 
     # -- pieces ------------------------------------------------------------------------
-    def _saved(self, view: SegmentView, path: Path, r: Replacement, counter: TokenCounter) -> int:
+    @staticmethod
+    def _saved(view: SegmentView, path: Path, r: Replacement, counter: TokenCounter) -> int:
         key = (path, r.text)
-        saved = self._saved_memo.get(key)
+        saved = view.saved.get(key)
         if saved is None:
             segment = view.segment(path)
             saved = segment.tokens - counter.count_text(r.text) if segment else 0
-            self._saved_memo[key] = saved
+            view.saved[key] = saved
         return saved
 
     def _total_saving(

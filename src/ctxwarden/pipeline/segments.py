@@ -29,6 +29,8 @@ class SegmentView:
     """Distinctive strings of the agent's own messages and tool calls."""
     by_path: dict[Path, Segment] = field(default_factory=dict, compare=False)
     """Every segment by its path (filled from ``segments``)."""
+    saved: dict[tuple[Path, str], int] = field(default_factory=dict, compare=False)
+    """Tokens each candidate replacement saves, memoized for this request only."""
 
     def __post_init__(self) -> None:
         if not self.by_path:
