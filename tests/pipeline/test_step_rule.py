@@ -37,3 +37,15 @@ def test_risk_window_survives_the_store_round_trip() -> None:
     assert b"risk_until" not in legacy
     assert SessionState.decode(legacy).risk_until == 0
     assert SessionState.decode(legacy).turns == 7
+
+
+def test_request_cost_follows_the_cache_rules() -> None:
+    from ctxwarden.pipeline.costs import PriceStyle, request_cost
+
+    anthropic = PriceStyle("anthropic", read=0.1, write=1.25, min_cacheable=1024)
+    # too short to cache: plain input price, no write premium
+    assert request_cost(800, 0, anthropic) == 800.0
+    # a prefix below the minimum is not served from the cache
+    assert request_cost(3000, 1000, anthropic) == 1.25 * 3000
+    # a cached prefix is read at 0.1, the rest written at 1.25
+    assert request_cost(3000, 2000, anthropic) == 0.1 * 2000 + 1.25 * 1000

@@ -3,7 +3,8 @@
 A request reuses the longest prefix of elements (head, then messages) it shares with
 the previous request of its session, if that prefix is at least the minimum cacheable
 length; cached tokens cost ``cached_read``, the rest ``cache_write`` (OpenAI: 1.0,
-Anthropic: 1.25), in units of the uncached input price.
+Anthropic: 1.25), in units of the uncached input price. A request shorter than the
+minimum is not cached at all and costs its plain input price.
 """
 
 from __future__ import annotations
@@ -54,5 +55,7 @@ def prefix_sums(tokens: list[int]) -> list[int]:
 
 def request_cost(total: int, cached_prefix_tokens: int, style: PriceStyle) -> float:
     """Cost of one request with ``cached_prefix_tokens`` reusable from the cache."""
+    if total < style.min_cacheable:
+        return float(total)  # too short to cache: plain input price, no write premium
     cached = cached_prefix_tokens if cached_prefix_tokens >= style.min_cacheable else 0
     return style.read * cached + style.write * (total - cached)
