@@ -67,7 +67,9 @@ class SegmentCache:
     """Per-session memory of the last walk, so a request that extends the previous one
     (the usual case: agents append) only walks its new messages. Keyed by session; at
     most ``max_sessions`` are kept (least recently used dropped). Purely an
-    optimisation: the result is the same as walking everything."""
+    optimisation: the result is the same as walking everything. Memory: an entry holds
+    one conversation's segment texts (shared with the request they came from), so the
+    bound is about ``max_sessions`` times the largest conversation."""
 
     def __init__(self, max_sessions: int = 64) -> None:
         self.max_sessions = max_sessions
