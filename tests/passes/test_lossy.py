@@ -454,3 +454,27 @@ def test_summary_keeps_at_most_three_short_path_lines() -> None:
     text = "I changed these files to fix the parsing of headers:\n" + "\n".join(lines)
     summary, _ = extract_summary(text, keep_sentences=1)
     assert summary.split("\n")[1:] == lines[:3]
+
+
+def test_summary_keeps_an_error_line_that_holds_its_lead() -> None:
+    text = (
+        "Error: the build broke in two places, both in the parser. Retrying with the "
+        "other flag set now, then the tests again."
+    )
+    summary, errors = extract_summary(text, keep_sentences=1)
+    assert errors == (text,)
+    assert text in summary.split("\n")
+
+
+def test_placeholder_keeps_a_long_error_line_whole_even_as_its_head() -> None:
+    long_error = "ValueError: " + "x" * 400
+    wire = request(
+        call("c1", "python run.py"),
+        result("c1", "\n".join([long_error, *(f"detail line {i}" for i in range(60))])),
+        call("c2", "ls"),
+        result("c2", "ok"),
+    )
+    ctx, _ = context(wire)
+    out = MaskPass(MaskConfig())(ctx, {})
+    seg = segment_at(ctx, 3)
+    assert long_error in out[seg.path].text.split("\n")

@@ -234,3 +234,33 @@ def test_one_engine_serves_sessions_from_several_threads_as_it_would_alone() -> 
     finally:
         sys.setswitchinterval(interval)
     assert together == alone
+
+
+def test_a_session_switching_models_gives_the_bytes_of_a_restarted_engine() -> None:
+    """Cached segment walks are only reused under the same tokenizer and API."""
+    from ctxwarden.store import MemoryStore
+
+    head = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    turn1 = {
+        "model": "claude-sonnet-4",
+        "messages": [*head, call("c1", "cat big.py"), result("c1", lines_of("alpha", 120))],
+    }
+    turn2 = {
+        "model": "gpt-4o",
+        "messages": [
+            *turn1["messages"],
+            call("c2", "ls"),
+            result("c2", lines_of("beta", 60)),
+            {"role": "assistant", "content": "done"},
+        ],
+    }
+
+    def run(restart: bool) -> bytes:
+        store = MemoryStore()
+        engine = make_engine("balanced", FORCE, store=store)
+        engine.condense(turn1, session="s1")
+        if restart:
+            engine = make_engine("balanced", FORCE, store=store)
+        return dumps(engine.condense(turn2, session="s1").request)
+
+    assert run(restart=False) == run(restart=True)

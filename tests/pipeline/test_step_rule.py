@@ -49,3 +49,12 @@ def test_request_cost_follows_the_cache_rules() -> None:
     assert request_cost(3000, 1000, anthropic) == 1.25 * 3000
     # a cached prefix is read at 0.1, the rest written at 1.25
     assert request_cost(3000, 2000, anthropic) == 0.1 * 2000 + 1.25 * 1000
+
+
+def test_a_state_from_a_newer_replica_keeps_what_this_one_knows() -> None:
+    import orjson
+
+    data = orjson.loads(SessionState(turns=5, steps=2).encode())
+    data["something_new"] = [1, 2, 3]
+    state = SessionState.decode(orjson.dumps(data))
+    assert (state.turns, state.steps) == (5, 2)

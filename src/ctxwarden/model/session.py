@@ -1,11 +1,11 @@
 """Session keys: explicit, or derived from the stable head of the conversation.
 
-The head is everything before the agent's first reply (system content and every user
-message: some agents put a shared demonstration first and the task second) plus that
-first reply (its text and tool calls). Agents resend all of it unchanged every turn, so
-every request of a session from its second on derives the same key, and two sessions
-of one agent on the same prompts still differ once their first replies do. (A first
-request has no reply yet and derives its own key; it holds nothing to condense.)
+The head is everything before the agent's first reply: system content and every user
+message (some agents put a shared demonstration first and the task second, so the first
+user message alone would give all their sessions one key). Agents resend it unchanged
+every turn, and clients that trim old history keep it, so every request of a session
+derives the same key. Two runs on exactly the same prompts share a key: give them
+explicit session keys.
 """
 
 from __future__ import annotations
@@ -33,9 +33,5 @@ def derive_session_key(conversation: Conversation) -> str:
             for text in message.text_parts():
                 h.update(b"\x00user\x00" + text.text.encode())
         elif message.role == "assistant":
-            for text in message.text_parts():
-                h.update(b"\x00reply\x00" + text.text.encode())
-            for call in message.tool_calls:
-                h.update(b"\x00call\x00" + call.name.encode() + b"\x00" + call.arguments.encode())
             break
     return "s-" + h.hexdigest()

@@ -129,14 +129,18 @@ def placeholder_parts(
     first_hidden = head[-1] + 1 if head else 0
     tail = [i for i in _pick(lines, min(digest.tail_lines, n), reverse=True) if i >= first_hidden]
     last_hidden = tail[0] - 1 if tail else n - 1
-    body = [header, *(_clip(lines[i], digest.max_line_chars) for i in head)]
+    error_set = set(errors)
+
+    def shown(i: int) -> str:  # error lines stay whole; other lines are clipped
+        return lines[i] if lines[i] in error_set else _clip(lines[i], digest.max_line_chars)
+
+    body = [header, *(shown(i) for i in head)]
     if last_hidden >= first_hidden:
         body.append(f"... (lines {first_hidden + 1}-{last_hidden + 1})")
     shown_lines = {lines[i] for i in (*head, *tail)}
     body.extend(e for e in errors if e not in shown_lines)
-    body.extend(_clip(lines[i], digest.max_line_chars) for i in tail)
+    body.extend(shown(i) for i in tail)
     shown_text = "\n".join(body)
-    error_set = set(errors)
     keywords = tuple(
         w
         for w, score in mention_scores(text)

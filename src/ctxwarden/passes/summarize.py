@@ -43,10 +43,12 @@ def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...
     path_lines = 0
     for line in text.split("\n"):
         stripped = line.strip()
-        if not stripped or stripped in lead or lead in stripped:
-            continue  # the lead's own line (a one-paragraph text is all one line)
-        if is_error_line(line):
+        if not stripped:
+            continue
+        if is_error_line(line):  # always verbatim, even the lead's own line
             kept.append(line)
+        elif stripped in lead or lead in stripped:
+            continue  # the lead's own line (a one-paragraph text is all one line)
         elif path_lines < MAX_PATH_LINES and len(stripped) <= MAX_PATH_LINE and paths_in(line):
             kept.append(line)
             path_lines += 1

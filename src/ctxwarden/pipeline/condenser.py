@@ -85,7 +85,9 @@ class Condenser:
             counter,
             self.pipeline,
             cache=self._segment_cache,
-            session=f"{tenant}\x00{session}",
+            # segments carry token counts and wire paths: the model's tokenizer and the
+            # API are part of what a cached walk is valid for
+            session=f"{tenant}\x00{session}\x00{conversation.api}\x00{counter.spec}",
             message_keys=exact_hashes[1:],
         )
         exact_tokens = element_tokens
@@ -286,7 +288,8 @@ class Condenser:
                 extra = step_cost - frozen_cost
                 net = style.read * saving * expected - extra
                 exact_cost = exact_costs[style.name]
-                payback = extra / (style.read * saving) if saving > 0 else float("inf")
+                per_turn = style.read * saving
+                payback = extra / per_turn if per_turn > 0 else float("inf")
                 if payback > planner.free_payback_turns:
                     worst_payback = max(worst_payback, payback)
                 if not step_is_free(extra, exact_cost, payback, state, planner):

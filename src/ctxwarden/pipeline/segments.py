@@ -110,18 +110,19 @@ def segment_view(
     for i in range(len(built.keys), len(messages)):
         _walk_message(built, i, messages[i].role, messages[i].parts, counter)
         built.keys.append(keys[i] if keys is not None else "")
-    if cached and cache is not None:
-        cache.put(session, built)
     segments = list(built.segments)
     by_path = {s.path: s for s in segments}
-    return SegmentView(
+    view = SegmentView(
         segments=segments,
         eligible=_eligible(conversation, by_path, config),
         recent=_recent(segments, config),
-        relevant=_relevant(segments, built.commands, config),
+        relevant=_relevant(segments, list(built.commands), config),
         visible=frozenset(built.visible),
         by_path=by_path,
     )
+    if cached and cache is not None:  # only once this request is done reading it
+        cache.put(session, built)
+    return view
 
 
 def _walk_message(

@@ -8,7 +8,7 @@ as JSON; an unreadable state is treated as absent (a fresh session).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -72,6 +72,7 @@ class SessionState:
             if data.pop("v", None) != STATE_VERSION:
                 return cls()
             data["decisions"] = {k: Decision(*v) for k, v in data["decisions"].items()}
-            return cls(**data)
+            known = {f.name for f in fields(cls)}  # a newer replica's extra keys are ignored
+            return cls(**{k: v for k, v in data.items() if k in known})
         except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
             return cls()
