@@ -5,7 +5,8 @@ its effect is visible in later outputs. Each string value longer than
 ``max_value_chars`` keeps ``head_lines`` and ``tail_lines`` and every error line (a
 script that prints ``Error: ...``) around a note with the reference to the exact
 original arguments. The result stays valid JSON (non-JSON arguments are trimmed as
-one string).
+one string). That every error line survives is checked where every replacement is,
+when the condenser commits it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
-from ctxwarden.signals import argument_error_lines, is_error_line
+from ctxwarden.signals import is_error_line
 
 __all__ = ["TrimArgsPass", "trim_value"]
 
@@ -57,12 +58,6 @@ def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
     return node, False
 
 
-def _keeps_errors(original: str, trimmed: str) -> bool:
-    """Every error line of the original arguments (JSON-decoded) is a line of the trim."""
-    errors = argument_error_lines(original)
-    return not errors or errors <= argument_error_lines(trimmed)
-
-
 class TrimArgsPass:
     """Condenses long string values of old tool-call arguments (lossy, recallable)."""
 
@@ -87,8 +82,6 @@ class TrimArgsPass:
             trimmed, changed = _trim(parsed, ref, self.config)
             if changed:
                 result = orjson.dumps(trimmed).decode()
-        if result is not None and not _keeps_errors(arguments, result):
-            result = None
         if len(self._memo) > 20_000:
             self._memo.clear()
         self._memo[arguments] = result

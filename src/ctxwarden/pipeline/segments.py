@@ -105,8 +105,9 @@ def segment_view(
     """
     messages = conversation.messages
     keys = message_keys if message_keys is not None and len(message_keys) == len(messages) else None
-    cached = cache is not None and keys is not None
-    built = cache.take(session, keys) if cache is not None and keys is not None else _Built([])
+    if keys is None:
+        cache = None  # without per-message keys a cached walk cannot be matched
+    built = _Built([]) if cache is None else cache.take(session, keys or [])
     for i in range(len(built.keys), len(messages)):
         _walk_message(built, i, messages[i].role, messages[i].parts, counter)
         built.keys.append(keys[i] if keys is not None else "")
@@ -116,11 +117,11 @@ def segment_view(
         segments=segments,
         eligible=_eligible(conversation, by_path, config),
         recent=_recent(segments, config),
-        relevant=_relevant(segments, list(built.commands), config),
+        relevant=_relevant(segments, built.commands, config),
         visible=frozenset(built.visible),
         by_path=by_path,
     )
-    if cached and cache is not None:  # only once this request is done reading it
+    if cache is not None:  # only once this request is done reading it
         cache.put(session, built)
     return view
 
