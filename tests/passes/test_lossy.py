@@ -284,7 +284,7 @@ def test_summarize_condenses_old_prose() -> None:
     out = SummarizePass(SummarizeConfig(enabled=True, min_tokens=100))(ctx, {})
     assert set(out) == {seg.path}
     rep = out[seg.path]
-    assert "summarized" in rep.text
+    assert "[ctxwarden: summary of cw:" in rep.text
     (ref,) = refs_in(rep.text)
     assert rep.originals == ((ref, seg.text),)
 

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import DedupeConfig
-from ctxwarden.passes.placeholder import describe
 
 __all__ = ["DedupePass"]
 
@@ -40,8 +39,8 @@ class DedupePass:
                 continue
             ref = ref_for(segment.text)
             where = f"message #{earlier.message_index}"
-            source = describe(earlier) if earlier.kind == "tool_output" else earlier.kind
-            text = f"[ctxwarden: identical to the output of {source} in {where}. Recall: {ref}]"
+            source = "the output" if earlier.kind == "tool_output" else earlier.kind
+            text = f"[ctxwarden: identical to {source} in {where}; original {ref}]"
             out[segment.path] = Replacement(
                 text,
                 self.name,

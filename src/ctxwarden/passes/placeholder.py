@@ -4,10 +4,10 @@ A placeholder says what the output was (size, exit status and, where the call th
 produced it is not right before it, the tool and command), keeps every error line
 verbatim on its own line, a short head and tail, the distinctive strings the output
 mentioned that the agent is most likely to need, and the reference that recalls the
-original or any line range::
+original or any line range (the proxy's recall tool says how, so the placeholder does
+not repeat it)::
 
-    [ctxwarden: output condensed (exit 1, 240 lines, 3,118 tokens); recall cw:5f3a9c21e0b4,
-    whole or lines A-B]
+    [ctxwarden: condensed output; original cw:5f3a9c21e0b4 (exit 1, 240 lines, 3,118 tokens)]
     <head line>
     ... (lines 2-239)
     <error lines>
@@ -123,7 +123,7 @@ def placeholder_parts(
     facts.append(f"{n:,} lines")
     facts.append(f"{segment.tokens:,} tokens")
     what = f"{verb} of {describe(segment)}" if digest.name_action else verb
-    header = f"[ctxwarden: {what} ({', '.join(facts)}); recall {ref}, whole or lines A-B]"
+    header = f"[ctxwarden: {what}; original {ref} ({', '.join(facts)})]"
     errors = tuple(error_lines(text)) if digest.keep_errors else ()
     head = _pick(lines, min(digest.head_lines, n), reverse=False)
     first_hidden = head[-1] + 1 if head else 0

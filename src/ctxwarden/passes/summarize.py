@@ -72,7 +72,7 @@ class SummarizePass:
                 continue
             summary, errors = extract_summary(segment.text, self.config.keep_sentences)
             ref = ref_for(segment.text)
-            text = f"{summary}\n[ctxwarden: summarized; full text: {ref}]"
+            text = f"{summary}\n[ctxwarden: summary of {ref}]"
             if ctx.counter.count_text(text) > 0.7 * segment.tokens:
                 continue
             out[segment.path] = Replacement(

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import SupersedeConfig
-from ctxwarden.passes.placeholder import describe
 from ctxwarden.signals import error_lines
 
 __all__ = ["SupersedePass", "action_key"]
@@ -67,9 +66,8 @@ class SupersedePass:
                 lines = segment.text.count("\n") + 1
                 kept = tuple(e for e in error_lines(segment.text) if e not in newest_text)
                 head = (
-                    f"[ctxwarden: superseded: {describe(segment)} was run again later "
-                    f"(message #{newest.message_index}); this older output ({lines:,} lines) "
-                    f"is {ref}]"
+                    f"[ctxwarden: superseded by the same action in message "
+                    f"#{newest.message_index}; original {ref} ({lines:,} lines)]"
                 )
                 text = "\n".join((head, *kept))
                 out[segment.path] = Replacement(

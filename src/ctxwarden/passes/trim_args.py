@@ -32,11 +32,11 @@ def trim_value(value: str, ref: str, config: TrimArgsConfig) -> str:
         if is_error_line(value):
             return value
         cut = config.max_value_chars // 2
-        return f"{value[:cut]}...[ctxwarden: {len(value) - cut:,} chars condensed; {ref}]"
+        return f"{value[:cut]}...[ctxwarden: {len(value) - cut:,} more chars in {ref}]"
     middle = lines[head : len(lines) - tail]
     errors = [line for line in middle if is_error_line(line)]
     hidden = len(middle) - len(errors)
-    note = f"...[ctxwarden: {hidden:,} lines condensed; full arguments: {ref}]"
+    note = f"...[ctxwarden: {hidden:,} more lines in {ref}]"
     return "\n".join([*lines[:head], note, *errors, *(lines[len(lines) - tail :] if tail else [])])
 
 
