@@ -176,6 +176,14 @@ def _mention_kind(word: str) -> str:
     return "camel"
 
 
+_NUMBERED_WORD = re.compile(r"(\d+)[:-][A-Za-z]+$")
+
+
+def _numbered_word_as_number(word: str) -> str:
+    m = _NUMBERED_WORD.match(word)
+    return m.group(1) if m else word
+
+
 @functools.lru_cache(maxsize=8192)
 def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
     """The distinctive strings of ``text`` with an estimate of how likely the agent is
@@ -185,9 +193,13 @@ def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
     for strings the output repeats (a name used three times is what the output is
     about) and a decay with first-seen position (outputs lead with what was asked
     for). It is a ranking heuristic, stable and cheap; 1.0 is a snake_case name seen
-    once at the start.
+    once at the start. A line number glued to its line's first word (``12:def`` in
+    ``grep -n`` output) is listed as the number: it would otherwise rank as a name.
     """
     words = _distinctive_tuple(text)
+    if any(_NUMBERED_WORD.match(w) for w in words):
+        # ``12:def`` in a numbered listing is line 12: listed as the number
+        words = tuple(dict.fromkeys(_numbered_word_as_number(w) for w in words))
     counts: dict[str, int] = {}
     if words:
         wanted = set(words)

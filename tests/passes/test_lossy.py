@@ -111,6 +111,15 @@ def test_mentions_rank_repeated_identifiers_before_listed_numbers() -> None:
     assert all("[mentions:" not in r.text for r in strict.values())
 
 
+def test_a_numbered_listing_line_is_mentioned_by_its_number() -> None:
+    # grep -n / an editor's numbered view glue the line number to the line's first word
+    text = "17:package com.acme;\n19:import java.util.Map;\n20:import java.util.List;\nline 19"
+    ranked = dict(mention_scores(text))
+    assert not any(":" in w for w in ranked)  # no "19:import": it would outrank real names
+    assert {"17", "19", "20"} <= set(ranked)  # the line numbers stay, ranked as numbers
+    assert ranked["java.util.Map"] > ranked["19"]
+
+
 def test_summary_lead_is_never_a_bare_interjection() -> None:
     text = (
         "Ah! I see it now. The signature uses the production NAME, so both aliases look "
