@@ -14,10 +14,12 @@ import orjson
 
 from ctxwarden.adapters.base import (
     Adapter,
+    ItemMemo,
     check_pairing,
     expect,
     expect_object,
     optional_str,
+    parse_items,
 )
 from ctxwarden.adapters.base import (
     json_text as _json,
@@ -40,6 +42,10 @@ from ctxwarden.model.render import render_conversation
 __all__ = ["ADAPTER", "parse", "render"]
 
 _MEDIA_TYPES = {"image": "image", "document": "file", "search_result": "file"}
+
+
+_MEMO: ItemMemo = {}
+"""Items parsed before (see :func:`~ctxwarden.adapters.base.parse_items`)."""
 
 
 def _simple_block(
@@ -128,10 +134,12 @@ def parse(wire: Any) -> Conversation:
     """Parse a Messages request body (see :mod:`ctxwarden.adapters.base`)."""
     body = expect_object(wire, ())
     messages = expect(body.get("messages"), list, ("messages",))
+    parsed, hashes = parse_items(messages, "messages", _message, _MEMO)
     conversation = Conversation(
         api="anthropic.messages",
         wire=body,
-        messages=tuple(_message(m, ("messages", i)) for i, m in enumerate(messages)),
+        messages=parsed,
+        item_hashes=hashes,
         system=_system(body.get("system")),
         model=optional_str(body, "model", ()),
         tool_names=_tool_names(body.get("tools")),

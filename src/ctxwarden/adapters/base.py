@@ -15,16 +15,19 @@ from typing import Any, TypeVar
 import orjson
 
 from ctxwarden.errors import MalformedRequest
-from ctxwarden.model.conversation import Conversation
+from ctxwarden.model.conversation import Conversation, Message
+from ctxwarden.model.hashing import item_digest
 from ctxwarden.model.parts import Path
 
 __all__ = [
     "Adapter",
+    "ItemMemo",
     "check_pairing",
     "expect",
     "expect_object",
     "json_text",
     "optional_str",
+    "parse_items",
 ]
 
 T = TypeVar("T")
@@ -37,6 +40,43 @@ class Adapter:
     api: str
     parse: Callable[[Any], Conversation]
     render: Callable[[Conversation], dict[str, Any]]
+
+
+ItemMemo = dict[tuple[int, str], Message]
+"""Parsed items by position and content hash (see :func:`parse_items`)."""
+
+MAX_MEMO_ITEMS = 20_000
+"""A memo holding more parsed items is emptied (a proxy's memory stays flat)."""
+
+
+def parse_items(
+    items: list[Any], key: str, parse_item: Callable[[Any, Path], Message], memo: ItemMemo
+) -> tuple[tuple[Message, ...], tuple[str, ...]]:
+    """Every item of a request's message list parsed, and each item's content hash.
+
+    Agents resend their whole history every turn. An item with the same JSON at the
+    same position parses to the same immutable :class:`Message`, so it is looked up in
+    ``memo`` (by position and content hash) instead of parsed again; the hashes are the
+    element hashes the planner needs anyway. An item that is not JSON (a library
+    caller's Python object) is parsed without the memo and has no hash.
+    """
+    messages: list[Message] = []
+    hashes: list[str] = []
+    for i, item in enumerate(items):
+        try:
+            h = item_digest(item)
+        except TypeError:
+            messages.append(parse_item(item, (key, i)))
+            continue
+        hashes.append(h)
+        message = memo.get((i, h))
+        if message is None:
+            message = parse_item(item, (key, i))
+            if len(memo) >= MAX_MEMO_ITEMS:
+                memo.clear()
+            memo[(i, h)] = message
+        messages.append(message)
+    return tuple(messages), tuple(hashes) if len(hashes) == len(items) else ()
 
 
 _TYPE_NAMES: dict[type, str] = {

@@ -6,10 +6,12 @@ from typing import Any
 
 from ctxwarden.adapters.base import (
     Adapter,
+    ItemMemo,
     check_pairing,
     expect,
     expect_object,
     optional_str,
+    parse_items,
 )
 from ctxwarden.adapters.base import (
     json_text as _json,
@@ -33,6 +35,10 @@ __all__ = ["ADAPTER", "parse", "render"]
 _RESULT = SafetyClass.CONDENSABLE
 
 _MEDIA_TYPES = {"image_url": "image", "input_audio": "audio", "file": "file"}
+
+
+_MEMO: ItemMemo = {}
+"""Items parsed before (see :func:`~ctxwarden.adapters.base.parse_items`)."""
 
 
 def _content_parts(
@@ -122,10 +128,12 @@ def parse(wire: Any) -> Conversation:
     """Parse a Chat Completions request body (see :mod:`ctxwarden.adapters.base`)."""
     body = expect_object(wire, ())
     messages = expect(body.get("messages"), list, ("messages",))
+    parsed, hashes = parse_items(messages, "messages", _message, _MEMO)
     conversation = Conversation(
         api="openai.chat",
         wire=body,
-        messages=tuple(_message(m, ("messages", i)) for i, m in enumerate(messages)),
+        messages=parsed,
+        item_hashes=hashes,
         model=optional_str(body, "model", ()),
         tool_names=_tool_names(body.get("tools")),
     )

@@ -13,10 +13,12 @@ from typing import Any
 
 from ctxwarden.adapters.base import (
     Adapter,
+    ItemMemo,
     check_pairing,
     expect,
     expect_object,
     optional_str,
+    parse_items,
 )
 from ctxwarden.adapters.base import (
     json_text as _json,
@@ -42,6 +44,10 @@ _RESULT = SafetyClass.CONDENSABLE
 
 _TEXT_TYPES = frozenset({"input_text", "output_text", "text", "summary_text"})
 _MEDIA_TYPES = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
+
+
+_MEMO: ItemMemo = {}
+"""Items parsed before (see :func:`~ctxwarden.adapters.base.parse_items`)."""
 
 
 def _content_parts(
@@ -120,6 +126,7 @@ def parse(wire: Any) -> Conversation:
     """Parse a Responses request body (see :mod:`ctxwarden.adapters.base`)."""
     body = expect_object(wire, ())
     raw_input = body.get("input")
+    hashes: tuple[str, ...] = ()
     if raw_input is None:
         messages: tuple[Message, ...] = ()
     elif isinstance(raw_input, str):
@@ -127,7 +134,7 @@ def parse(wire: Any) -> Conversation:
         messages = (Message(role="user", parts=(text,), path=("input",)),)
     else:
         items = expect(raw_input, list, ("input",))
-        messages = tuple(_item(v, ("input", i)) for i, v in enumerate(items))
+        messages, hashes = parse_items(items, "input", _item, _MEMO)
     system: tuple[Part, ...] = ()
     instructions = optional_str(body, "instructions", ())
     if instructions is not None:
@@ -142,6 +149,7 @@ def parse(wire: Any) -> Conversation:
         tool_names=_tool_names(body.get("tools")),
         previous_response_id=previous,
         messages_key="input",
+        item_hashes=hashes,
     )
     check_pairing(conversation, allow_unknown_results=previous is not None)
     return conversation

@@ -97,11 +97,48 @@ def classify(conversation: Conversation) -> Conversation:
     """A copy of ``conversation`` with every part's safety class set (see module rules)."""
     protected = protected_message_indexes(conversation)
     seen: set[str] = set()
-    messages: list[Message] = []
-    for i, message in enumerate(conversation.messages):
-        exact = i in protected
-        parts = tuple(_classify_part(p, exact, seen) for p in message.parts)
-        same = all(a is b for a, b in zip(parts, message.parts, strict=True))
-        messages.append(message if same else replace(message, parts=parts))
+    messages = [
+        _classified(message, i in protected, seen)
+        for i, message in enumerate(conversation.messages)
+    ]
     system = tuple(_classify_part(p, True, seen) for p in conversation.system)
     return replace(conversation, messages=tuple(messages), system=system)
+
+
+_Classified = dict[tuple[bool, tuple[bool, ...]], Message]
+_MEMO: dict[int, tuple[Message, _Classified]] = {}
+"""Classified copies of parsed messages (the adapters hand out the same object for an
+item they parsed before), by what classification depends on: the exact flag and which
+of the message's tool-result texts earlier messages already showed."""
+MAX_MEMO_MESSAGES = 20_000
+
+
+def _result_texts(message: Message) -> list[str]:
+    return [
+        c.text
+        for p in message.parts
+        if isinstance(p, ToolResultPart)
+        for c in p.content
+        if isinstance(c, TextPart)
+    ]
+
+
+def _classified(message: Message, exact: bool, seen: set[str]) -> Message:
+    """``message`` classified; adds its tool-result texts to ``seen`` like a part by
+    part walk would."""
+    texts = () if exact else tuple(_result_texts(message))
+    flags = tuple(bool(t) and t in seen for t in texts)
+    entry = _MEMO.get(id(message))
+    if entry is None or entry[0] is not message:
+        if len(_MEMO) >= MAX_MEMO_MESSAGES:
+            _MEMO.clear()
+        entry = _MEMO[id(message)] = (message, {})
+    out = entry[1].get((exact, flags))
+    if out is None:
+        earlier = {t for t, shown in zip(texts, flags, strict=True) if shown}
+        parts = tuple(_classify_part(p, exact, earlier) for p in message.parts)
+        same = all(a is b for a, b in zip(parts, message.parts, strict=True))
+        out = message if same else replace(message, parts=parts)
+        entry[1][(exact, flags)] = out
+    seen.update(texts)
+    return out

@@ -64,6 +64,10 @@ class Conversation:
     previous_response_id: str | None = None
     messages_key: str = "messages"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    item_hashes: tuple[str, ...] = ()
+    """Content hashes of the wire's message items, in order, when the adapter computed
+    them while parsing (:func:`ctxwarden.model.hashing.element_hashes` reuses them;
+    they describe ``wire``, which every derived copy shares)."""
 
     def edited_texts(self) -> Iterator[TextPart]:
         """Every text part a pass has rewritten."""

@@ -12,12 +12,17 @@ import orjson
 
 from ctxwarden.model.conversation import Conversation
 
-__all__ = ["digest", "element_hashes"]
+__all__ = ["digest", "element_hashes", "item_digest"]
 
 
 def digest(data: bytes) -> str:
     """A short content hash (BLAKE2b, 12 bytes, hex)."""
     return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def item_digest(item: object) -> str:
+    """The hash of one wire item (its compact JSON); raises ``TypeError`` for non-JSON."""
+    return digest(orjson.dumps(item))
 
 
 def element_hashes(conversation: Conversation) -> list[str]:
@@ -26,8 +31,10 @@ def element_hashes(conversation: Conversation) -> list[str]:
     head = [wire.get("system"), wire.get("instructions"), wire.get("tools")]
     hashes = [digest(orjson.dumps(head))]
     items = wire.get(conversation.messages_key)
-    if isinstance(items, list):
-        hashes.extend(digest(orjson.dumps(m)) for m in items)
+    if isinstance(items, list) and len(conversation.item_hashes) == len(items):
+        hashes.extend(conversation.item_hashes)
+    elif isinstance(items, list):
+        hashes.extend(item_digest(m) for m in items)
     elif items is not None:
         hashes.append(digest(orjson.dumps(items)))
     return hashes
