@@ -71,3 +71,29 @@ def test_memos_stay_bounded(monkeypatch: Any) -> None:
     classify(conversation)
     assert len(openai_chat._MEMO) <= 3
     assert len(classify_module._MEMO) <= 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(request=chat_requests(), data=st.data())
+def test_memoized_rewrite_equals_a_full_scan(request: dict[str, Any], data: st.DataObject) -> None:
+    from ctxwarden.passes.base import Replacement
+    from ctxwarden.pipeline import condenser
+
+    conversation = classify(get_adapter("openai.chat").parse(request))
+    paths = [
+        p.path
+        for m in conversation.messages
+        for p in m.text_parts()
+        if p.path[0] == "messages" and isinstance(p.path[1], int)
+    ]
+    chosen = data.draw(st.lists(st.sampled_from(paths), unique=True)) if paths else []
+    text = data.draw(st.sampled_from(["[ctxwarden: a]", "[ctxwarden: b]"]))
+    applied = {p: Replacement(f"{text} {i}", "mask") for i, p in enumerate(chosen)}
+    scanned = tuple(condenser._apply_to_message(m, applied) for m in conversation.messages)
+    first = condenser._apply(conversation, applied)
+    again = condenser._apply(conversation, applied)  # served from the memo
+    assert first.messages == scanned == again.messages
+    other = {p: Replacement("[ctxwarden: other]", "mask") for p in chosen}
+    assert condenser._apply(conversation, other).messages == tuple(
+        condenser._apply_to_message(m, other) for m in conversation.messages
+    )

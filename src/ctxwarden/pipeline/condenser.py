@@ -454,32 +454,69 @@ def _refs_in(text: str) -> list[str]:
 
 
 def _apply(conversation: Conversation, applied: dict[Path, Replacement]) -> Conversation:
-    """A copy of ``conversation`` with each replacement written into its text part."""
+    """A copy of ``conversation`` with each replacement written into its text part.
+
+    Replacements are grouped by message (their paths start with the message list key
+    and the message's index); a message rewritten the same way before is reused from
+    :data:`_APPLIED` (sessions resend the same messages and re-apply the same frozen
+    replacements every turn)."""
     if not applied:
         return conversation
-    messages: list[Message] = []
-    for message in conversation.messages:
-        parts: list[Part] = []
-        changed = False
-        for part in message.parts:
-            if isinstance(part, ToolCallPart) and part.arguments_path in applied:
-                parts.append(part.with_arguments(applied[part.arguments_path].text))
-                changed = True
-            elif isinstance(part, TextPart) and part.path in applied:
-                parts.append(part.with_text(applied[part.path].text))
-                changed = True
-            elif isinstance(part, ToolResultPart) and any(
-                isinstance(c, TextPart) and c.path in applied for c in part.content
-            ):
-                content = tuple(
-                    c.with_text(applied[c.path].text)
-                    if isinstance(c, TextPart) and c.path in applied
-                    else c
-                    for c in part.content
-                )
-                parts.append(replace(part, content=content))
-                changed = True
-            else:
-                parts.append(part)
-        messages.append(replace(message, parts=tuple(parts)) if changed else message)
+    by_index: dict[int, dict[Path, Replacement]] = defaultdict(dict)
+    for path, rep in applied.items():
+        if len(path) < 2 or not isinstance(path[1], int):
+            return replace(
+                conversation,
+                messages=tuple(_apply_to_message(m, applied) for m in conversation.messages),
+            )
+        by_index[path[1]][path] = rep
+    messages = list(conversation.messages)
+    for index, reps in by_index.items():
+        if 0 <= index < len(messages):
+            messages[index] = _applied_message(messages[index], reps)
     return replace(conversation, messages=tuple(messages))
+
+
+_APPLIED: dict[int, tuple[Message, dict[frozenset[tuple[Path, str]], Message]]] = {}
+"""Rewritten copies of messages by the replacements written into them."""
+MAX_APPLIED_MESSAGES = 20_000
+
+
+def _applied_message(message: Message, reps: dict[Path, Replacement]) -> Message:
+    key = frozenset((path, rep.text) for path, rep in reps.items())
+    entry = _APPLIED.get(id(message))
+    if entry is None or entry[0] is not message:
+        if len(_APPLIED) >= MAX_APPLIED_MESSAGES:
+            _APPLIED.clear()
+        entry = _APPLIED[id(message)] = (message, {})
+    out = entry[1].get(key)
+    if out is None:
+        out = entry[1][key] = _apply_to_message(message, reps)
+    return out
+
+
+def _apply_to_message(message: Message, applied: dict[Path, Replacement]) -> Message:
+    """``message`` with the replacements at its parts' paths written in."""
+    parts: list[Part] = []
+    changed = False
+    for part in message.parts:
+        if isinstance(part, ToolCallPart) and part.arguments_path in applied:
+            parts.append(part.with_arguments(applied[part.arguments_path].text))
+            changed = True
+        elif isinstance(part, TextPart) and part.path in applied:
+            parts.append(part.with_text(applied[part.path].text))
+            changed = True
+        elif isinstance(part, ToolResultPart) and any(
+            isinstance(c, TextPart) and c.path in applied for c in part.content
+        ):
+            content = tuple(
+                c.with_text(applied[c.path].text)
+                if isinstance(c, TextPart) and c.path in applied
+                else c
+                for c in part.content
+            )
+            parts.append(replace(part, content=content))
+            changed = True
+        else:
+            parts.append(part)
+    return replace(message, parts=tuple(parts)) if changed else message
