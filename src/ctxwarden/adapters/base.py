@@ -45,7 +45,7 @@ class Adapter:
 ItemMemo = dict[tuple[int, str], Message]
 """Parsed items by position and content hash (see :func:`parse_items`)."""
 
-MAX_MEMO_ITEMS = 20_000
+MAX_MEMO_ITEMS = 4_096
 """A memo holding more parsed items is emptied (a proxy's memory stays flat)."""
 
 

@@ -110,7 +110,7 @@ _MEMO: dict[int, tuple[Message, _Classified]] = {}
 """Classified copies of parsed messages (the adapters hand out the same object for an
 item they parsed before), by what classification depends on: the exact flag and which
 of the message's tool-result texts earlier messages already showed."""
-MAX_MEMO_MESSAGES = 20_000
+MAX_MEMO_MESSAGES = 4_096
 
 
 def _result_texts(message: Message) -> list[str]:

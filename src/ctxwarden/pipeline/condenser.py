@@ -479,7 +479,7 @@ def _apply(conversation: Conversation, applied: dict[Path, Replacement]) -> Conv
 
 _APPLIED: dict[int, tuple[Message, dict[frozenset[tuple[Path, str]], Message]]] = {}
 """Rewritten copies of messages by the replacements written into them."""
-MAX_APPLIED_MESSAGES = 20_000
+MAX_APPLIED_MESSAGES = 4_096
 
 
 def _applied_message(message: Message, reps: dict[Path, Replacement]) -> Message:
