@@ -46,6 +46,8 @@ from ctxwarden.tokens.registry import CachePricing
 
 __all__ = ["CondenseOutcome", "Condenser", "step_is_free"]
 
+MAX_SENT_HASHES = 4_096
+
 
 @dataclass(frozen=True, slots=True)
 class CondenseOutcome:
@@ -63,6 +65,9 @@ class Condenser:
         self.passes = build_passes(self.pipeline)
         self.store = store
         self._segment_cache = SegmentCache()
+        self._sent_hashes: dict[tuple[str, frozenset[tuple[Path, str]]], str] = {}
+        """A rewritten message's element hash by its exact hash and its replacements
+        (the same frozen replacements are re-applied every turn)."""
 
     # -- the whole request -------------------------------------------------------------
     def run(
@@ -377,11 +382,18 @@ class Condenser:
             if segment:
                 per_message[segment.message_index].append((path, rep))
         for index, reps in per_message.items():
-            reps.sort(key=lambda pr: json_pointer(pr[0]))
-            blob = exact_hashes[index + 1].encode() + b"".join(
-                b"\x00" + r.text.encode() for _, r in reps
-            )
-            hashes[index + 1] = digest(blob)
+            key = (exact_hashes[index + 1], frozenset((p, r.text) for p, r in reps))
+            sent = self._sent_hashes.get(key)
+            if sent is None:
+                reps.sort(key=lambda pr: json_pointer(pr[0]))
+                blob = exact_hashes[index + 1].encode() + b"".join(
+                    b"\x00" + r.text.encode() for _, r in reps
+                )
+                sent = digest(blob)
+                if len(self._sent_hashes) >= MAX_SENT_HASHES:
+                    self._sent_hashes.clear()
+                self._sent_hashes[key] = sent
+            hashes[index + 1] = sent
             tokens[index + 1] -= sum(self._saved(view, p, r, counter) for p, r in reps)
         return hashes, tokens
 

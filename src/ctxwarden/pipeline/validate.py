@@ -22,7 +22,7 @@ import orjson
 from ctxwarden.errors import ValidationFailed
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation, Message
-from ctxwarden.model.parts import Path
+from ctxwarden.model.parts import Path, TextPart
 
 __all__ = ["validate_rewrite"]
 
@@ -61,7 +61,11 @@ def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: 
     if _skeleton(before) != _skeleton(after):
         raise ValidationFailed("message structure, tool ids or order changed")
     protected = protected_message_indexes(original)
-    for part in rewritten.edited_texts():
+    # a message object shared with the original is unchanged: only the others (and the
+    # system parts) can hold edits
+    edited = [p for p in rewritten.system if isinstance(p, TextPart) and p.edited]
+    edited += [t for m in after for t in m.text_parts() if t.edited]
+    for part in edited:
         if not part.safety.editable:
             raise ValidationFailed(f"edited a {part.safety} part", segment=str(part.path))
         if not part.text:
@@ -76,7 +80,7 @@ def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: 
             raise ValidationFailed("edited text outside the messages", segment=str(part.path))
         if part.path[1] in protected:
             raise ValidationFailed("edited a protected message", segment=str(part.path))
-    for index, message in enumerate(rewritten.messages):
+    for index, message in zip(changed, after, strict=True):
         for call in message.tool_calls:
             if not call.edited:
                 continue
