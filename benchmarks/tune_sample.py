@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwarden.config import EngineConfig, StoreConfig
+from ctxwarden.pipeline.presets import PRESETS
 from ctxwarden.replay.inputs import expand_paths
 from ctxwarden.replay.runner import ReplayOptions, run_replay
 
@@ -114,12 +115,15 @@ def main() -> None:
     for group in groups:
         preset = "balanced"
         sets: list[str] = []
+        named = False
         it = iter(group)
         for token in it:
             if token == "--set":
-                sets.append(next(it))
-            else:
-                preset = token
+                sets.append(next(it, ""))
+            elif token in PRESETS and not named:
+                preset, named = token, True
+            else:  # options go before the configs: "--json F aggressive", not after
+                parser.error(f"unexpected {token!r} in a config group (PRESET [--set k=v ...])")
         overrides = _parse_sets(sets)
         with ProcessPoolExecutor(args.jobs) as pool:
             rows = [
