@@ -62,7 +62,7 @@ def test_memoized_parse_and_classify_equal_fresh_ones(request: dict[str, Any], s
 
 def test_memos_stay_bounded(monkeypatch: Any) -> None:
     monkeypatch.setattr(base, "MAX_MEMO_ITEMS", 3)
-    monkeypatch.setattr(classify_module, "MAX_MEMO_MESSAGES", 3)
+    monkeypatch.setattr(classify_module._MEMO, "max_objects", 3)
     request = {
         "model": "gpt-4o",
         "messages": [{"role": "user", "content": f"message {i}"} for i in range(10)],

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ctxwarden.errors import MalformedRequest
+from ctxwarden.memo import remember
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.hashing import item_digest
 from ctxwarden.model.parts import Path
@@ -71,10 +72,7 @@ def parse_items(
         hashes.append(h)
         message = memo.get((i, h))
         if message is None:
-            message = parse_item(item, (key, i))
-            if len(memo) >= MAX_MEMO_ITEMS:
-                memo.clear()
-            memo[(i, h)] = message
+            message = remember(memo, (i, h), parse_item(item, (key, i)), MAX_MEMO_ITEMS)
         messages.append(message)
     return tuple(messages), tuple(hashes) if len(hashes) == len(items) else ()
 

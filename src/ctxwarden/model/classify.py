@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TypeVar
 
+from ctxwarden.memo import IdentityMemo
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
     ContentPart,
@@ -105,12 +106,10 @@ def classify(conversation: Conversation) -> Conversation:
     return replace(conversation, messages=tuple(messages), system=system)
 
 
-_Classified = dict[tuple[bool, tuple[bool, ...]], Message]
-_MEMO: dict[int, tuple[Message, _Classified]] = {}
+_MEMO: IdentityMemo[Message, tuple[bool, tuple[bool, ...]], Message] = IdentityMemo(4_096)
 """Classified copies of parsed messages (the adapters hand out the same object for an
 item they parsed before), by what classification depends on: the exact flag and which
 of the message's tool-result texts earlier messages already showed."""
-MAX_MEMO_MESSAGES = 4_096
 
 
 def _result_texts(message: Message) -> list[str]:
@@ -128,17 +127,12 @@ def _classified(message: Message, exact: bool, seen: set[str]) -> Message:
     part walk would."""
     texts = () if exact else tuple(_result_texts(message))
     flags = tuple(bool(t) and t in seen for t in texts)
-    entry = _MEMO.get(id(message))
-    if entry is None or entry[0] is not message:
-        if len(_MEMO) >= MAX_MEMO_MESSAGES:
-            _MEMO.clear()
-        entry = _MEMO[id(message)] = (message, {})
-    out = entry[1].get((exact, flags))
+    known = _MEMO.of(message)
+    out = known.get((exact, flags))
     if out is None:
         earlier = {t for t, shown in zip(texts, flags, strict=True) if shown}
         parts = tuple(_classify_part(p, exact, earlier) for p in message.parts)
         same = all(a is b for a, b in zip(parts, message.parts, strict=True))
-        out = message if same else replace(message, parts=parts)
-        entry[1][(exact, flags)] = out
+        out = known[(exact, flags)] = message if same else replace(message, parts=parts)
     seen.update(texts)
     return out

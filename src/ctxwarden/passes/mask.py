@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from ctxwarden.memo import remember
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import MaskConfig
@@ -79,10 +80,9 @@ class MaskPass:
             )
             built = self._memo.get(key)
             if built is None:
-                built = placeholder_parts(segment, ref, self.digest)
-                if len(self._memo) > 20_000:
-                    self._memo.clear()
-                self._memo[key] = built
+                built = remember(
+                    self._memo, key, placeholder_parts(segment, ref, self.digest), 20_000
+                )
             body, errors, keywords = built
             own = distinctive_set(segment.text)
             if shown is not None:

@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 
+from ctxwarden.memo import remember
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
@@ -66,11 +67,7 @@ class NormalizePass:
         if text in self._memo:
             return self._memo[text]
         result = normalize_text(text, self.config.repeat_run, self.config.minify_json)
-        value = result if result != text else None
-        if len(self._memo) > 50_000:
-            self._memo.clear()
-        self._memo[text] = value
-        return value
+        return remember(self._memo, text, result if result != text else None, 50_000)
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]

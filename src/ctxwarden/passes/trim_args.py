@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from ctxwarden.memo import remember
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
@@ -82,10 +83,7 @@ class TrimArgsPass:
             trimmed, changed = _trim(parsed, ref, self.config)
             if changed:
                 result = orjson.dumps(trimmed).decode()
-        if len(self._memo) > 20_000:
-            self._memo.clear()
-        self._memo[arguments] = result
-        return result
+        return remember(self._memo, arguments, result, 20_000)
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]

@@ -24,6 +24,7 @@ from typing import Any
 
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import json_pointer
+from ctxwarden.memo import IdentityMemo, remember
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.hashing import digest
 from ctxwarden.model.hashing import element_hashes as hash_elements
@@ -389,10 +390,7 @@ class Condenser:
                 blob = exact_hashes[index + 1].encode() + b"".join(
                     b"\x00" + r.text.encode() for _, r in reps
                 )
-                sent = digest(blob)
-                if len(self._sent_hashes) >= MAX_SENT_HASHES:
-                    self._sent_hashes.clear()
-                self._sent_hashes[key] = sent
+                sent = remember(self._sent_hashes, key, digest(blob), MAX_SENT_HASHES)
             hashes[index + 1] = sent
             tokens[index + 1] -= sum(self._saved(view, p, r, counter) for p, r in reps)
         return hashes, tokens
@@ -489,21 +487,16 @@ def _apply(conversation: Conversation, applied: dict[Path, Replacement]) -> Conv
     return replace(conversation, messages=tuple(messages))
 
 
-_APPLIED: dict[int, tuple[Message, dict[frozenset[tuple[Path, str]], Message]]] = {}
+_APPLIED: IdentityMemo[Message, frozenset[tuple[Path, str]], Message] = IdentityMemo(4_096)
 """Rewritten copies of messages by the replacements written into them."""
-MAX_APPLIED_MESSAGES = 4_096
 
 
 def _applied_message(message: Message, reps: dict[Path, Replacement]) -> Message:
     key = frozenset((path, rep.text) for path, rep in reps.items())
-    entry = _APPLIED.get(id(message))
-    if entry is None or entry[0] is not message:
-        if len(_APPLIED) >= MAX_APPLIED_MESSAGES:
-            _APPLIED.clear()
-        entry = _APPLIED[id(message)] = (message, {})
-    out = entry[1].get(key)
+    known = _APPLIED.of(message)
+    out = known.get(key)
     if out is None:
-        out = entry[1][key] = _apply_to_message(message, reps)
+        out = known[key] = _apply_to_message(message, reps)
     return out
 
 

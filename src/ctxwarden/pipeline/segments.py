@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
-from ctxwarden.passes.base import Segment
+from ctxwarden.passes.base import Segment, SegmentKind
 from ctxwarden.pipeline.presets import PipelineConfig
 from ctxwarden.signals import command_of, distinctive_set, paths_in
 from ctxwarden.tokens.counter import TokenCounter
@@ -129,62 +129,75 @@ def segment_view(
 def _walk_message(
     built: _Built, i: int, role: str, parts: tuple[Part, ...], counter: TokenCounter
 ) -> None:
-    positions = built.positions
     for part in parts:
         if isinstance(part, ToolCallPart):
             built.calls[part.call_id] = part
             built.commands.append(command_of(part.arguments))
             built.visible |= distinctive_set(part.arguments)
             if part.arguments_path is not None:
-                built.segments.append(
-                    Segment(
-                        path=part.arguments_path,
-                        message_index=i,
-                        position=positions["tool_args"],
-                        kind="tool_args",
-                        text=part.arguments,
-                        tokens=counter.count_text(part.arguments),
-                        tool_name=part.name,
-                        call_id=part.call_id,
-                    )
+                _add_segment(
+                    built,
+                    counter,
+                    "tool_args",
+                    part.arguments_path,
+                    i,
+                    part.arguments,
+                    tool_name=part.name,
+                    call_id=part.call_id,
                 )
-                positions["tool_args"] += 1
         elif isinstance(part, ToolResultPart):
             call = built.calls.get(part.call_id)
             name = call.name if call else ""
             command = command_of(call.arguments) if call else ""
             for sub in part.content:
-                if not isinstance(sub, TextPart):
-                    continue
-                built.segments.append(
-                    Segment(
-                        path=sub.path,
-                        message_index=i,
-                        position=positions["tool_output"],
-                        kind="tool_output",
-                        text=sub.text,
-                        tokens=counter.count_text(sub.text),
+                if isinstance(sub, TextPart):
+                    _add_segment(
+                        built,
+                        counter,
+                        "tool_output",
+                        sub.path,
+                        i,
+                        sub.text,
                         tool_name=name,
                         command=command,
                         call_id=part.call_id,
                         is_error=part.is_error,
                     )
-                )
-                positions["tool_output"] += 1
         elif isinstance(part, TextPart) and role in ("assistant", "user"):
-            kind = "assistant_text" if role == "assistant" else "user_text"
             built.visible |= distinctive_set(part.text)
-            built.segments.append(
-                Segment(
-                    path=part.path,
-                    message_index=i,
-                    position=positions[kind],
-                    kind=kind,  # type: ignore[arg-type]
-                    text=part.text,
-                    tokens=counter.count_text(part.text),
-                )
-            )
-            positions[kind] += 1
+            kind: SegmentKind = "assistant_text" if role == "assistant" else "user_text"
+            _add_segment(built, counter, kind, part.path, i, part.text)
+
+
+def _add_segment(
+    built: _Built,
+    counter: TokenCounter,
+    kind: SegmentKind,
+    path: Path,
+    message_index: int,
+    text: str,
+    *,
+    tool_name: str = "",
+    command: str = "",
+    call_id: str = "",
+    is_error: bool = False,
+) -> None:
+    """Append the next segment of ``kind`` (its position: how many came before)."""
+    built.segments.append(
+        Segment(
+            path=path,
+            message_index=message_index,
+            position=built.positions[kind],
+            kind=kind,
+            text=text,
+            tokens=counter.count_text(text),
+            tool_name=tool_name,
+            command=command,
+            call_id=call_id,
+            is_error=is_error,
+        )
+    )
+    built.positions[kind] += 1
 
 
 def _eligible(
