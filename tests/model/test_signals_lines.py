@@ -1,11 +1,12 @@
-"""error_lines scans once but must equal testing every line on its own."""
+"""error_lines scans only the lines holding a keyword but must equal testing every line
+on its own."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxwarden.signals import error_lines, is_error_line
+from ctxwarden.signals import _ERROR_RE, error_lines, is_error_line
 
 _LINES = st.sampled_from(
     [
@@ -22,6 +23,48 @@ _LINES = st.sampled_from(
         "KeyError: 'k'",
         "<returncode>1</returncode>",
         "nothing to see",
+        "Segmentation fault (core dumped)",
+        "bash: foo: command not found",
+        "cat: x: No such file or directory",
+        "Process finished with exit code 2",
+        "[INFO] BUILD FAILURE",
+        "thread 'main' panicked at src/main.rs:2:5",
+        "[FATAL] out of memory",
+        "a.c:1: warning: unused",
+        "E\t\tassert x",
+        "Http2Error: nope",
+        "x.ValueError(",
+    ]
+)
+
+_FRAGMENTS = st.sampled_from(
+    [
+        "Error",
+        "error",
+        "E",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        ":",
+        "(",
+        "[",
+        "1",
+        "2:",
+        "x",
+        "_",
+        ".",
+        "FAIL",
+        "ED",
+        "exit ",
+        "code ",
+        "fatal",
+        "panic",
+        "<returncode>",
+        "</returncode>",
+        "warning",
+        "No such file or directory",
+        "Traceback (most recent call last)",
     ]
 )
 
@@ -31,7 +74,17 @@ def test_error_lines_equal_a_line_by_line_scan(lines: list[str]) -> None:
     text = "\n".join(lines)
     expected: list[str] = []
     for line in text.split("\n"):
-        if line and line not in expected and is_error_line(line):
+        if line and line not in expected and _ERROR_RE.search(line):
+            expected.append(line)
+    assert error_lines(text) == expected
+
+
+@given(st.lists(_FRAGMENTS, max_size=40))
+def test_error_lines_equal_a_line_by_line_scan_on_any_text(fragments: list[str]) -> None:
+    text = "".join(fragments)
+    expected: list[str] = []
+    for line in text.split("\n"):
+        if line and line not in expected and _ERROR_RE.search(line):
             expected.append(line)
     assert error_lines(text) == expected
 
@@ -73,3 +126,9 @@ def test_distinctive_strings_match_the_word_rule(words: list[str], sep: str) -> 
         if word not in expected and _distinctive(word):
             expected.append(word)
     assert distinctive_strings(text) == expected
+
+
+@given(st.lists(_FRAGMENTS, max_size=20))
+def test_is_error_line_equals_the_pattern(fragments: list[str]) -> None:
+    line = "".join(fragments).replace("\n", " ")
+    assert is_error_line(line) == bool(_ERROR_RE.search(line))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from ctxwarden.memo import remember
 from ctxwarden.model.parts import Path
-from ctxwarden.passes.base import PassContext, Replacement, ref_for
+from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import MaskConfig
 from ctxwarden.passes.placeholder import Digest, placeholder_parts
 from ctxwarden.signals import distinctive_set
@@ -21,16 +21,22 @@ from ctxwarden.signals import distinctive_set
 __all__ = ["MaskPass"]
 
 
-def _shown_words(ctx: PassContext, decided: Mapping[Path, Replacement]) -> Counter[str]:
-    """Distinctive strings every tool output shows as the request stands: a replacement's
-    text where one was decided, else the output itself (a multiset, so an output that is
-    masked can take its own strings out)."""
+def _shown_words(
+    ctx: PassContext, decided: Mapping[Path, Replacement], wanted: frozenset[str]
+) -> Counter[str]:
+    """How many tool outputs show each string of ``wanted`` as the request stands: a
+    replacement's text where one was decided, else the output itself (a multiset, so
+    an output that is masked can take its own strings out). Only ``wanted`` is counted:
+    the pass asks about no other string, and counting every string of the history made
+    this the costliest step of a long session's request."""
     shown: Counter[str] = Counter()
     for segment in ctx.segments:
         if segment.kind != "tool_output":
             continue
         rep = decided.get(segment.path)
-        shown.update(distinctive_set(rep.text if rep is not None else segment.text))
+        shown.update(
+            wanted.intersection(distinctive_set(rep.text if rep is not None else segment.text))
+        )
     return shown
 
 
@@ -60,30 +66,23 @@ class MaskPass:
     ) -> dict[Path, Replacement]:
         out: dict[Path, Replacement] = {}
         saved = 0
-        shown = _shown_words(ctx, decided) if self.config.shared_mentions else None
-        for segment in ctx.open_segments(decided):
+        candidates = [
+            (segment, self._built(segment))
+            for segment in ctx.open_segments(decided)
+            if segment.path not in ctx.recent
+            and segment.path not in ctx.relevant
+            and segment.tokens >= self.config.min_tokens
+        ]
+        if not candidates:
+            return out
+        shown = None
+        if self.config.shared_mentions:
+            wanted = frozenset().union(*(built[2] for _, built in candidates))
+            shown = _shown_words(ctx, decided, wanted)
+        for segment, (body, errors, keywords) in candidates:
             if ctx.tokens_to_save is not None and saved >= ctx.tokens_to_save:
                 break
-            if (
-                segment.path in ctx.recent
-                or segment.path in ctx.relevant
-                or segment.tokens < self.config.min_tokens
-            ):
-                continue
             ref = ref_for(segment.text)
-            key = (
-                segment.text,
-                segment.tool_name,
-                segment.command,
-                int(segment.is_error),
-                segment.tokens,
-            )
-            built = self._memo.get(key)
-            if built is None:
-                built = remember(
-                    self._memo, key, placeholder_parts(segment, ref, self.digest), 20_000
-                )
-            body, errors, keywords = built
             own = distinctive_set(segment.text)
             if shown is not None:
                 shown.subtract(own)  # this output's own text is about to go
@@ -107,3 +106,18 @@ class MaskPass:
                 text, self.name, originals=((ref, segment.text),), kept_lines=errors
             )
         return out
+
+    def _built(self, segment: Segment) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """The placeholder body, kept error lines and ranked mentions of ``segment``."""
+        key = (
+            segment.text,
+            segment.tool_name,
+            segment.command,
+            int(segment.is_error),
+            segment.tokens,
+        )
+        built = self._memo.get(key)
+        if built is None:
+            ref = ref_for(segment.text)
+            built = remember(self._memo, key, placeholder_parts(segment, ref, self.digest), 20_000)
+        return built
