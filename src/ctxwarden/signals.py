@@ -188,13 +188,25 @@ def _distinctive_tuple(text: str) -> tuple[str, ...]:
         if word in seen:
             continue
         seen.add(word)
-        if word.isalpha():  # the common case, judged without a call: camelCase only
-            if len(word) < 4 or word[1:].islower() or word.isupper():
-                continue
-        elif not _distinctive(word):
-            continue
-        out.append(word)
+        if _is_distinctive_word(word):
+            out.append(word)
     return tuple(out)
+
+
+def _is_distinctive_word(word: str) -> bool:
+    if word.isalpha():  # the common case, judged without a call: camelCase only
+        return len(word) >= 4 and not word[1:].islower() and not word.isupper()
+    return _distinctive(word)
+
+
+def _mention_parts(word: str) -> tuple[str, ...]:
+    """The strings a mention of ``word`` should show: ``src/a.py:12`` (``grep -n``, a
+    traceback, a compiler) names a file and a line, which an agent types apart
+    (``sed -n 12p src/a.py``); ``a.py::Test::test_x`` a file, a class and a test."""
+    if ":" not in word:
+        return (word,)
+    parts = (part.strip(".-") for part in word.split(":"))
+    return tuple(part for part in parts if _is_distinctive_word(part))
 
 
 _KIND_WEIGHT = {"identifier": 1.0, "dotted": 0.6, "camel": 0.5, "path": 0.12, "number": 0.1}
@@ -216,6 +228,14 @@ def _mention_kind(word: str) -> str:
     return "camel"
 
 
+_DEFINITION_WEIGHT = 6.0
+"""Boost of a name the output defines (``class WriterTests``, ``def parse``): what an
+output defines is what the agent names next (a test class in a test id, a function to
+edit); without it a camelCase class name seen once ranks below most identifiers."""
+_DEFINITION_RE = re.compile(
+    r"\b(?:class|def|function|func|fn|interface|struct|enum|trait)\s+([A-Za-z_][A-Za-z0-9_]*)"
+)
+
 _NUMBERED_WORD = re.compile(r"(\d+)[:-][A-Za-z]+$")
 
 
@@ -231,26 +251,35 @@ def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
 
     The score multiplies a weight for the string's kind (:data:`_KIND_WEIGHT`), a boost
     for strings the output repeats (a name used three times is what the output is
-    about) and a decay with first-seen position (outputs lead with what was asked
-    for). It is a ranking heuristic, stable and cheap; 1.0 is a snake_case name seen
-    once at the start. A line number glued to its line's first word (``12:def`` in
-    ``grep -n`` output) is listed as the number: it would otherwise rank as a name.
+    about), a boost for names the output defines (:data:`_DEFINITION_WEIGHT`) and a
+    decay with first-seen position (outputs lead with what was asked for). It is a
+    ranking heuristic, stable and cheap; 1.0 is a snake_case name seen once at the
+    start. A line number glued to its line's first word (``12:def`` in ``grep -n``
+    output) is listed as the number: it would otherwise rank as a name; ``a.py:12`` is
+    listed as ``a.py`` and ``12`` (:func:`_mention_parts`).
     """
     words = _distinctive_tuple(text)
     if any(_NUMBERED_WORD.match(w) for w in words):
-        # ``12:def`` in a numbered listing is line 12: listed as the number
+        # ``12-def`` in a numbered listing is line 12: listed as the number
         words = tuple(dict.fromkeys(_numbered_word_as_number(w) for w in words))
+    split = any(":" in w for w in words)
+    if split:
+        words = tuple(dict.fromkeys(part for w in words for part in _mention_parts(w)))
     counts: dict[str, int] = {}
     if words:
         wanted = set(words)
         for match in _WORD_RE.finditer(text):
             word = match.group(0).rstrip(".:-")
-            if word in wanted:
-                counts[word] = counts.get(word, 0) + 1
+            for part in _mention_parts(word) if split else (word,):
+                if part in wanted:
+                    counts[part] = counts.get(part, 0) + 1
+    defined = frozenset(_DEFINITION_RE.findall(text))
     scored = []
     for rank, word in enumerate(words):
         repeat = min(counts.get(word, 1), 5)
         boost = (1.0, 2.5, 3.5, 4.0, 4.5)[repeat - 1]
+        if word in defined:
+            boost *= _DEFINITION_WEIGHT
         scored.append((word, _KIND_WEIGHT[_mention_kind(word)] * boost / (1 + rank / 30)))
     scored.sort(key=lambda ws: -ws[1])
     return tuple(scored)

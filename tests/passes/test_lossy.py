@@ -120,6 +120,26 @@ def test_a_numbered_listing_line_is_mentioned_by_its_number() -> None:
     assert ranked["java.util.Map"] > ranked["19"]
 
 
+def test_grep_hits_are_mentioned_as_file_and_line() -> None:
+    # ``grep -n`` glues file and line: the agent types them apart (sed -n 189p file)
+    text = "\n".join(f"django/http/request.py:{n}:    value = x" for n in (189, 190, 512))
+    ranked = [w for w, _ in mention_scores(text)]
+    assert not any(":" in w for w in ranked)
+    assert ranked[0] == "django/http/request.py"  # one path, seen three times
+    assert {"189", "190", "512"} <= set(ranked)
+    node = [w for w, _ in mention_scores("FAILED tests/test_a.py::WriterTests::test_enum")]
+    assert node == ["test_enum", "WriterTests", "tests/test_a.py"]
+
+
+def test_a_name_the_output_defines_outranks_names_it_only_uses() -> None:
+    # a listing of a test module: the agent's next step names the class it defines
+    uses = "\n".join(f"    self.assertEqual(value_{i}, other_{i})" for i in range(40))
+    text = f"{uses}\nclass WriterTests(SimpleTestCase):\n    def test_serialize_enums(self):"
+    ranked = [w for w, _ in mention_scores(text)]
+    assert ranked.index("WriterTests") < ranked.index("SimpleTestCase")
+    assert ranked.index("test_serialize_enums") < ranked.index("value_5")
+
+
 def test_summary_lead_is_never_a_bare_interjection() -> None:
     text = (
         "Ah! I see it now. The signature uses the production NAME, so both aliases look "

@@ -168,7 +168,7 @@ PRESETS: dict[str, PipelineConfig] = {
     "aggressive": PipelineConfig(
         relevance_turns=0,
         keep_newest_texts=0,
-        mask=MaskConfig(min_tokens=40, head_lines=1, tail_lines=1, max_keywords=30),
+        mask=MaskConfig(min_tokens=40, head_lines=1, tail_lines=1, max_keywords=40),
         summarize=SummarizeConfig(enabled=True, min_tokens=40, keep_sentences=1),
         planner=PlannerConfig(min_expected_turns=30, max_expected_turns=30, free_step_cost=1.0),
     ),
