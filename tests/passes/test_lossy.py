@@ -371,7 +371,7 @@ def test_large_outputs_may_keep_more_mentions_per_1k_tokens() -> None:
 
     def mentions(t: str) -> list[str]:
         line = next(ln for ln in t.split("\n") if ln.startswith("[mentions: "))
-        return line[len("[mentions: ") : -1].split(", ")
+        return line[len("[mentions: ") : -1].split(" ")
 
     assert len(mentions(fixed)) == 2
     assert len(mentions(text)) > 2

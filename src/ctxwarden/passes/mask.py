@@ -15,7 +15,7 @@ from ctxwarden.memo import remember
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import MaskConfig
-from ctxwarden.passes.placeholder import Digest, placeholder_parts
+from ctxwarden.passes.placeholder import Digest, mentions_line, placeholder_parts
 from ctxwarden.signals import distinctive_set
 
 __all__ = ["MaskPass"]
@@ -93,7 +93,7 @@ class MaskPass:
             mentions = [
                 w for w in keywords if w not in ctx.visible and not (shown and shown[w] > 0)
             ][:cap]
-            text = body + "\n[mentions: " + ", ".join(mentions) + "]" if mentions else body
+            text = body + "\n" + mentions_line(mentions) if mentions else body
             tokens = ctx.counter.count_text(text)
             if tokens > self.config.max_ratio * segment.tokens:
                 if shown is not None:

@@ -12,10 +12,12 @@ not repeat it)::
     ... (lines 2-239)
     <error lines>
     <tail line>
-    [mentions: tests/test_io.py, read_config, parse_header]
+    [mentions: tests/test_io.py read_config parse_header]
 
-Head and tail skip lines that say nothing (markup such as ``<output>``, a bare exit
-code, a shell prompt): the header already carries the exit status.
+Mentions are separated by a space alone (they never hold one): a comma would cost a
+token each, a fifth of the list. Head and tail skip lines that say nothing (markup
+such as ``<output>``, a bare exit code, a shell prompt): the header already carries
+the exit status.
 """
 
 from __future__ import annotations
@@ -27,9 +29,14 @@ from dataclasses import dataclass
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import error_lines, exit_status, mention_scores
 
-__all__ = ["Digest", "build_placeholder", "describe", "placeholder_parts"]
+__all__ = ["Digest", "build_placeholder", "describe", "mentions_line", "placeholder_parts"]
 
 _MAX_COMMAND = 120
+
+
+def mentions_line(words: Collection[str]) -> str:
+    """The placeholder's last line listing ``words`` (distinctive strings, no spaces)."""
+    return "[mentions: " + " ".join(words) + "]"
 
 
 def describe(segment: Segment) -> str:
@@ -102,7 +109,7 @@ def build_placeholder(
     body, errors, keywords = placeholder_parts(segment, ref, digest, verb=verb)
     kept = [w for w in keywords if w not in visible][: digest.max_keywords]
     if kept:
-        body = body + "\n[mentions: " + ", ".join(kept) + "]"
+        body = body + "\n" + mentions_line(kept)
     return body, errors
 
 
