@@ -58,7 +58,7 @@ class MaskConfig(PassConfig):
     head_lines: int = Field(1, ge=0, le=200)
     tail_lines: int = Field(1, ge=0, le=200)
     max_keywords: int = Field(
-        60,
+        100,
         ge=0,
         le=2000,
         description="Distinctive strings (paths, identifiers, numbers) the placeholder keeps; "
