@@ -170,6 +170,7 @@ PRESETS: dict[str, PipelineConfig] = {
         keep_newest_texts=0,
         mask=MaskConfig(min_tokens=40, head_lines=1, tail_lines=1, max_keywords=40),
         summarize=SummarizeConfig(enabled=True, min_tokens=40, keep_sentences=1),
+        trim_args=TrimArgsConfig(min_tokens=30, max_value_chars=80),
         planner=PlannerConfig(min_expected_turns=30, max_expected_turns=30, free_step_cost=1.0),
     ),
 }
