@@ -443,7 +443,7 @@ def test_suppress_reduces_old_outputs_of_named_tools_to_a_stub_with_errors() -> 
     res = engine.condense(wire)
     sent = res.request["messages"]
     stub = sent[3]["content"]
-    assert stub.startswith("[ctxwarden: output suppressed")
+    assert stub.startswith("[ctxwarden: suppressed output; original cw:")
     assert stub.split("\n")[1:] == ["ERROR: disk almost full"]
     (ref,) = refs_in(stub)
     assert engine.recall(ref) == wire["messages"][3]["content"]

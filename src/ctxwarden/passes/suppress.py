@@ -3,7 +3,8 @@
 For tools whose output is noise once read (a screenshot log, a heartbeat, a linter
 that is re-run anyway): every eligible output of a tool with ``suppress = true`` in
 its ``[pipeline.tools.NAME]`` policy, outside the recency window, is replaced by a
-stub with its size and the reference, plus every error line verbatim. Lossy,
+stub with its exit status, size and reference, in the style of the mask pass's
+placeholder header, plus every error line verbatim. Lossy,
 recallable; size thresholds do not apply (the user asked for it by name).
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Collection, Mapping
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import SuppressConfig
-from ctxwarden.signals import error_lines
+from ctxwarden.signals import error_lines, exit_status
 
 __all__ = ["SuppressPass"]
 
@@ -39,11 +40,11 @@ class SuppressPass:
                 continue
             ref = ref_for(segment.text)
             errors = tuple(error_lines(segment.text))
+            status = exit_status(segment.text)
+            facts = [] if status is None else [f"exit {status}"]
             lines = segment.text.count("\n") + 1
-            stub = (
-                f"[ctxwarden: output suppressed ({lines:,} lines, {segment.tokens:,} tokens); "
-                f"recall {ref}]"
-            )
+            facts += [f"{lines:,} lines", f"{segment.tokens:,} tokens"]
+            stub = f"[ctxwarden: suppressed output; original {ref} ({', '.join(facts)})]"
             text = "\n".join([stub, *errors])
             if ctx.counter.count_text(text) >= segment.tokens:
                 continue
