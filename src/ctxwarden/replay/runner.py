@@ -222,11 +222,15 @@ def _replay_session(
     p_openai = registry.pricing_for(info, "openai")
     p_anthropic = registry.pricing_for(info, "anthropic")
     shared: dict[int, MessageInfo] = {}
+    shared_by_key: dict[bytes, MessageInfo] = {}
     count = counter.count_text
-    original = RequestView(count, shared)
+    original = RequestView(count, shared, shared_by_key)
     states = [
         _State(
-            s, r, RequestView(counter.count_text, shared), SessionMetrics(session.id, session.model)
+            s,
+            r,
+            RequestView(counter.count_text, shared, shared_by_key),
+            SessionMetrics(session.id, session.model),
         )
         for s, r in zip(subjects, results, strict=True)
     ]

@@ -9,7 +9,9 @@ strings visible in the current request, updated from the longest common message
 prefix with the previous request, so a turn costs O(new messages), not O(history).
 
 The per-message cache holds a reference to each message so that ``id()`` keys stay
-valid; one view lives for one session of one configuration.
+valid; a second cache keyed by content serves messages the engine re-renders as new
+objects every turn (its condensed ones). One view lives for one session of one
+configuration.
 """
 
 from __future__ import annotations
@@ -64,8 +66,11 @@ def _digest(value: Any) -> bytes:
     return hashlib.blake2b(orjson.dumps(value), digest_size=16).digest()
 
 
-def describe(item: Any, count: CountText, *, overhead: int = MESSAGE_OVERHEAD) -> MessageInfo:
-    """Analyse one message item (or a header dict with ``overhead=HEADER_OVERHEAD``)."""
+def describe(
+    item: Any, count: CountText, *, overhead: int = MESSAGE_OVERHEAD, key: bytes | None = None
+) -> MessageInfo:
+    """Analyse one message item (or a header dict with ``overhead=HEADER_OVERHEAD``);
+    ``key`` is the item's :func:`_digest` when the caller has it."""
     texts = item_texts(item)
     tool: set[str] = set()
     other: set[str] = set()
@@ -85,7 +90,7 @@ def describe(item: Any, count: CountText, *, overhead: int = MESSAGE_OVERHEAD) -
     joined = "\n".join(t for _, t in texts)
     return MessageInfo(
         item=item,
-        key=_digest(item),
+        key=_digest(item) if key is None else key,
         tokens=tokens,
         role=item_role(item),
         item_type=str(item.get("type", "message")) if isinstance(item, dict) else "text",
@@ -136,10 +141,18 @@ def _add(counter: dict[str, int], keys: frozenset[str], sign: int) -> None:
 class RequestView:
     """Consecutive requests of one session through one configuration (see module doc)."""
 
-    def __init__(self, count: CountText, cache: dict[int, MessageInfo] | None = None) -> None:
+    def __init__(
+        self,
+        count: CountText,
+        cache: dict[int, MessageInfo] | None = None,
+        by_key: dict[bytes, MessageInfo] | None = None,
+    ) -> None:
         self._count = count
         self._cache: dict[int, MessageInfo] = {} if cache is None else cache
         """Per-message infos by ``id``; views of one session may share one cache."""
+        self._by_key: dict[bytes, MessageInfo] = {} if by_key is None else by_key
+        """Per-message infos by content: a condensed message is re-rendered as a new
+        object every turn, with the same content (shareable like ``cache``)."""
         self._headers: dict[bytes, MessageInfo] = {}
         self.prev: Step | None = None
         self.tool_tokens: dict[str, int] = {}
@@ -153,8 +166,14 @@ class RequestView:
 
     def info(self, item: Any) -> MessageInfo:
         found = self._cache.get(id(item))
-        if found is None or found.item is not item:
-            found = self._cache[id(item)] = describe(item, self._count)
+        if found is not None and found.item is item:
+            return found
+        key = _digest(item)
+        found = self._by_key.get(key)
+        if found is None or found.item != item:  # equal content: the same analysis
+            found = self._by_key[key] = describe(item, self._count, key=key)
+        if found.item is item:
+            self._cache[id(item)] = found
         return found
 
     def advance(self, request: Any, api: str) -> Step:
