@@ -26,6 +26,15 @@ class Message:
     parts: tuple[Part, ...]
     path: Path
     item_type: str = "message"
+    _tool_calls: tuple[ToolCallPart, ...] = field(init=False, repr=False, compare=False)
+    _tool_results: tuple[ToolResultPart, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # computed once: parsed messages are memoized and read every turn after
+        calls = tuple(p for p in self.parts if isinstance(p, ToolCallPart))
+        object.__setattr__(self, "_tool_calls", calls)
+        results = tuple(p for p in self.parts if isinstance(p, ToolResultPart))
+        object.__setattr__(self, "_tool_results", results)
 
     def text_parts(self) -> Iterator[TextPart]:
         """Every text part, including those nested in tool results."""
@@ -39,11 +48,11 @@ class Message:
 
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:
-        return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
+        return self._tool_calls
 
     @property
     def tool_results(self) -> tuple[ToolResultPart, ...]:
-        return tuple(p for p in self.parts if isinstance(p, ToolResultPart))
+        return self._tool_results
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
