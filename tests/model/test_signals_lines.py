@@ -132,3 +132,15 @@ def test_distinctive_strings_match_the_word_rule(words: list[str], sep: str) -> 
 def test_is_error_line_equals_the_pattern(fragments: list[str]) -> None:
     line = "".join(fragments).replace("\n", " ")
     assert is_error_line(line) == bool(_ERROR_RE.search(line))
+
+
+@given(st.text(max_size=300))
+def test_mentions_round_trip_through_the_space_separated_line(text: str) -> None:
+    """Placeholders list mentions separated by one space: no mention may hold one."""
+    from ctxwarden.passes.placeholder import mentions_line
+    from ctxwarden.signals import mention_scores
+
+    words = [w for w, _ in mention_scores(text)]
+    line = mentions_line(words)
+    assert line.startswith("[mentions: ") and line.endswith("]")
+    assert (line[len("[mentions: ") : -1].split(" ") if words else []) == words
