@@ -113,13 +113,7 @@ of the message's tool-result texts earlier messages already showed."""
 
 
 def _result_texts(message: Message) -> list[str]:
-    return [
-        c.text
-        for p in message.parts
-        if isinstance(p, ToolResultPart)
-        for c in p.content
-        if isinstance(c, TextPart)
-    ]
+    return [c.text for r in message.tool_results for c in r.content if isinstance(c, TextPart)]
 
 
 def _classified(message: Message, exact: bool, seen: set[str]) -> Message:

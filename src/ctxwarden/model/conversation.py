@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,12 +78,13 @@ class Conversation:
     them while parsing (:func:`ctxwarden.model.hashing.element_hashes` reuses them;
     they describe ``wire``, which every derived copy shares)."""
 
-    def edited_texts(self) -> Iterator[TextPart]:
-        """Every text part a pass has rewritten."""
+    def edited_texts(self, messages: Iterable[Message] | None = None) -> Iterator[TextPart]:
+        """Every text part a pass has rewritten: of the system parts and of ``messages``
+        (default: all of this conversation's)."""
         for part in self.system:
             if isinstance(part, TextPart) and part.edited:
                 yield part
-        for message in self.messages:
+        for message in self.messages if messages is None else messages:
             for text in message.text_parts():
                 if text.edited:
                     yield text

@@ -22,7 +22,7 @@ import orjson
 from ctxwarden.errors import ValidationFailed
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation, Message
-from ctxwarden.model.parts import Path, TextPart
+from ctxwarden.model.parts import Path
 
 __all__ = ["validate_rewrite"]
 
@@ -63,9 +63,7 @@ def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: 
     protected = protected_message_indexes(original)
     # a message object shared with the original is unchanged: only the others (and the
     # system parts) can hold edits
-    edited = [p for p in rewritten.system if isinstance(p, TextPart) and p.edited]
-    edited += [t for m in after for t in m.text_parts() if t.edited]
-    for part in edited:
+    for part in rewritten.edited_texts(after):
         if not part.safety.editable:
             raise ValidationFailed(f"edited a {part.safety} part", segment=str(part.path))
         if not part.text:

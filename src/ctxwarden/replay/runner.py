@@ -229,7 +229,7 @@ def _replay_session(
         _State(
             s,
             r,
-            RequestView(counter.count_text, shared, shared_by_key),
+            RequestView(count, shared, shared_by_key),
             SessionMetrics(session.id, session.model),
         )
         for s, r in zip(subjects, results, strict=True)
