@@ -55,7 +55,7 @@ def _mask_request() -> dict[str, Any]:
 
 def test_mask_placeholder_keeps_header_errors_head_tail_and_mentions() -> None:
     ctx, _ = context(_mask_request())
-    out = MaskPass(MaskConfig(head_lines=3, tail_lines=3))(ctx, {})
+    out = MaskPass(MaskConfig(head_lines=3, tail_lines=3, head_tail_min_tokens=0))(ctx, {})
     seg = segment_at(ctx, 3)
     assert seg.path in out
     rep = out[seg.path]
@@ -78,6 +78,29 @@ def test_mask_placeholder_keeps_header_errors_head_tail_and_mentions() -> None:
     assert set(rep.kept_lines) == set(error_lines(seg.text))
     mentions = next(ln for ln in lines if ln.startswith("[mentions: "))
     assert "frobnicate_widget" in mentions
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        MaskConfig(head_lines=0, tail_lines=0, head_tail_min_tokens=0),
+        MaskConfig(head_lines=2, tail_lines=2, head_tail_min_tokens=10**6),
+    ],
+    ids=["no-lines", "below-threshold"],
+)
+def test_mask_placeholder_without_head_or_tail_has_no_elision_line(config: MaskConfig) -> None:
+    """With no line shown (none configured, or an output below ``head_tail_min_tokens``)
+    the header's line count says everything is hidden: the placeholder is the header,
+    the error lines and the mentions."""
+    ctx, _ = context(_mask_request())
+    out = MaskPass(config)(ctx, {})
+    seg = segment_at(ctx, 3)
+    lines = out[seg.path].text.split("\n")
+    assert lines[0].startswith("[ctxwarden: ") and "lines" in lines[0]
+    assert not any(ln.startswith("... (lines") for ln in lines)
+    errors = [ln for ln in lines[1:] if not ln.startswith("[mentions: ")]
+    assert errors == list(error_lines(seg.text))
+    assert lines[-1].startswith("[mentions: ")
 
 
 @pytest.mark.parametrize(

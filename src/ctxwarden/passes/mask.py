@@ -51,6 +51,8 @@ class MaskPass:
         self.digest = Digest(
             head_lines=config.head_lines,
             tail_lines=config.tail_lines,
+            max_line_chars=config.line_chars,
+            head_tail_min_tokens=config.head_tail_min_tokens,
             max_keywords=config.max_keywords,
             min_mention_score=config.min_mention_score,
             name_action=False,  # the call that produced the output is right before it

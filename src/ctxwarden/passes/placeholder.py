@@ -17,7 +17,8 @@ not repeat it)::
 Mentions are separated by a space alone (they never hold one): a comma would cost a
 token each, a fifth of the list. Head and tail skip lines that say nothing (markup
 such as ``<output>``, a bare exit code, a shell prompt): the header already carries
-the exit status.
+the exit status. When neither head nor tail is kept, the elision line is left out:
+the header's line count already says that every line is hidden.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class Digest:
     head_lines: int = 3
     tail_lines: int = 3
     max_line_chars: int = 240
+    head_tail_min_tokens: int = 0
+    """Outputs of fewer tokens show no head or tail line."""
     max_keywords: int = 120
     keep_errors: bool = True
     min_mention_score: float = 0.0
@@ -132,9 +135,14 @@ def placeholder_parts(
     what = f"{verb} of {describe(segment)}" if digest.name_action else verb
     header = f"[ctxwarden: {what}; original {ref} ({', '.join(facts)})]"
     errors = tuple(error_lines(text)) if digest.keep_errors else ()
-    head = _pick(lines, min(digest.head_lines, n), reverse=False)
+    small = segment.tokens < digest.head_tail_min_tokens
+    head = [] if small else _pick(lines, min(digest.head_lines, n), reverse=False)
     first_hidden = head[-1] + 1 if head else 0
-    tail = [i for i in _pick(lines, min(digest.tail_lines, n), reverse=True) if i >= first_hidden]
+    tail = (
+        []
+        if small
+        else [i for i in _pick(lines, min(digest.tail_lines, n), reverse=True) if i >= first_hidden]
+    )
     last_hidden = tail[0] - 1 if tail else n - 1
     error_set = set(errors)
 
@@ -142,7 +150,7 @@ def placeholder_parts(
         return lines[i] if lines[i] in error_set else _clip(lines[i], digest.max_line_chars)
 
     body = [header, *(shown(i) for i in head)]
-    if last_hidden >= first_hidden:
+    if last_hidden >= first_hidden and (head or tail):  # else the header's count says it
         body.append(f"... (lines {first_hidden + 1}-{last_hidden + 1})")
     shown_lines = {lines[i] for i in (*head, *tail)}
     body.extend(e for e in errors if e not in shown_lines)

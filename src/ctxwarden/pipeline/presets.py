@@ -161,7 +161,9 @@ PRESETS: dict[str, PipelineConfig] = {
         relevance_turns=4,
         keep_newest_texts=4,
         keep_newest_calls=2,
-        mask=MaskConfig(min_tokens=400, head_lines=5, tail_lines=5, max_keywords=300),
+        mask=MaskConfig(
+            min_tokens=400, head_lines=5, tail_lines=5, head_tail_min_tokens=0, max_keywords=300
+        ),
         planner=PlannerConfig(min_expected_turns=8, max_expected_turns=8),
     ),
     "balanced": PipelineConfig(),
