@@ -127,7 +127,7 @@ class FailingStore:
         self.calls += 1
         raise StoreError("backend unavailable")
 
-    put = get = has = get_state = put_state = stats = gc = _fail
+    put = get = has = missing = get_state = put_state = stats = gc = _fail
 
     def close(self) -> None:
         return None
@@ -145,3 +145,34 @@ def test_failing_store_passes_the_request_through_with_a_reason(preset: str) -> 
     assert res.report["fallbacks"] == 1
     assert not res.changed
     assert store.calls >= 1
+
+
+def _turns(n: int) -> list[dict[str, Any]]:
+    """``n`` growing requests of one session: each adds a call and a bulky result."""
+    wires = []
+    wire = _turn1()
+    for i in range(n):
+        wire = {**wire, "messages": [*wire["messages"]]}
+        wire["messages"] += [call(f"t{i}", f"cat f{i}.txt"), result(f"t{i}", lines_of(f"t{i}", 60))]
+        wires.append(wire)
+    return wires
+
+
+def test_artifact_lost_turns_after_its_step_is_a_segment_failure(tmp_path: Path) -> None:
+    """A placeholder re-sent for many turns still names an original that resolves: the
+    store is asked on every request, not only on the one after the step."""
+    path = tmp_path / "store.sqlite3"
+    engine = make_engine("balanced", FORCE, store=SqliteStore(path))
+    wires = _turns(5)
+    results = [engine.condense(w, session="s") for w in wires[:4]]
+    gone = _ref_of(results[0], 3)
+    assert gone in results[3].request["messages"][3]["content"]  # still re-sent
+    with sqlite3.connect(path) as db:
+        assert db.execute("DELETE FROM artifacts WHERE ref = ?", (gone,)).rowcount == 1
+    db.close()
+    res = engine.condense(wires[4], session="s")
+    assert res.report["fallback_reason"] is None
+    assert res.report["segment_failures"] >= 1
+    assert res.request["messages"][3]["content"] == wires[4]["messages"][3]["content"]
+    check_invariants(engine, wires[4], res.request)
+    engine.close()

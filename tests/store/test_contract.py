@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing
 from ctxwarden.store import REF_PATTERN, Store, content_digest, make_ref
+from ctxwarden.store.base import TOUCH_INTERVAL
 from tests.store.backends import CAPPED, Harness
 
 
@@ -85,6 +86,44 @@ def test_corruption_is_per_tenant(store: Store, harness: Harness) -> None:
     store.put("b", "shared text")
     harness.corrupt(store, "a", ref, b"broken")
     assert store.get("b", ref) == "shared text"
+
+
+def test_missing_names_exactly_the_refs_that_do_not_resolve(store: Store) -> None:
+    first = store.put("acme", "first")
+    second = store.put("acme", "second")
+    ghost = "cw:000000000000"
+    assert store.missing("acme", [first, second, ghost]) == {ghost}
+    assert store.missing("acme", [first, first]) == frozenset()
+    assert store.missing("acme", []) == frozenset()
+    assert store.missing("other", [first]) == {first}  # another tenant's is not there
+
+
+def test_missing_answers_for_more_refs_than_one_statement_holds(store: Store) -> None:
+    refs = [store.put("acme", f"artifact {i}") for i in range(620)]
+    ghosts = [make_ref(content_digest(f"never stored {i}")) for i in range(30)]
+    assert store.missing("acme", refs + ghosts) == set(ghosts)
+
+
+@pytest.mark.parametrize("harness", CAPPED, indirect=True)
+def test_missing_keeps_what_is_still_sent_from_expiring(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reference a session re-sends is used even if nobody recalls it: the lookup
+    refreshes its last use (at most once per TOUCH_INTERVAL), so TTL and the cap take
+    the idle ones."""
+    store = harness.open(ttl_seconds=2 * TOUCH_INTERVAL)
+    try:
+        sent = store.put("acme", "still re-sent every turn")
+        idle = store.put("acme", "no longer sent")
+        later = time.time() + 1.5 * TOUCH_INTERVAL
+        monkeypatch.setattr(time, "time", lambda: later)
+        assert store.missing("acme", [sent]) == frozenset()
+        # both puts are past the TTL by then; the lookup is not
+        assert store.gc(now=later + TOUCH_INTERVAL) == 1
+        assert store.has("acme", sent)
+        assert not store.has("acme", idle)
+    finally:
+        store.close()
 
 
 def test_session_state(store: Store) -> None:

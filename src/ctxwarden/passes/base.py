@@ -62,10 +62,14 @@ class Replacement:
     lossless: bool = False
     witness: Path | None = None
     """A segment where error lines this replacement omits stay visible."""
+    stored_refs: tuple[str, ...] = ()
+    """References whose originals are already in the store: a replacement re-applied
+    from the session state carries no originals but still names them."""
 
     @property
     def refs(self) -> tuple[str, ...]:
-        return tuple(ref for ref, _ in self.originals)
+        """Every reference the replacement's text relies on."""
+        return tuple(ref for ref, _ in self.originals) or self.stored_refs
 
 
 def ref_for(text: str) -> str:

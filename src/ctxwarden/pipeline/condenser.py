@@ -99,7 +99,7 @@ class Condenser:
         exact_tokens = element_tokens
         report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
 
-        frozen, failed, frozen_refs = self._frozen(state, view, exact_hashes, tenant)
+        frozen, failed, kept = self._frozen(state, view, exact_hashes, tenant)
         report["segment_failures"] += len(failed)
         frozen_saved = sum(self._saved(view, p, r, counter) for p, r in frozen.items())
         frozen_total = sum(exact_tokens) - frozen_saved
@@ -135,16 +135,16 @@ class Condenser:
         self._update_ledger(state, exact_hashes, exact_tokens, sent_hashes, sent_tokens, pricing)
         state.exact_hashes, state.exact_tokens = exact_hashes, exact_tokens
         state.sent_hashes, state.sent_tokens = sent_hashes, sent_tokens
-        state.decisions = {
-            json_pointer(p): Decision(
+        state.decisions = dict(kept.values())  # frozen decisions stay as adopted
+        for p, r in adopted.items():
+            state.decisions[json_pointer(p)] = Decision(
                 text=r.text,
                 transform=r.transform,
-                original_ref=frozen_refs.get(p) or ref_for(view.text(p)),
+                original_ref=ref_for(view.text(p)),
                 refs=list(r.refs),
                 saved=self._saved(view, p, r, counter),
+                adopted=state.turns,
             )
-            for p, r in applied.items()
-        }
         state.turns += 1
         state.steps += int(bool(adopted))
         self.store.put_state(tenant, session, state.encode())
@@ -175,17 +175,24 @@ class Condenser:
         view: SegmentView,
         exact_hashes: list[str],
         tenant: str,
-    ) -> tuple[dict[Path, Replacement], set[Path], dict[Path, str]]:
+    ) -> tuple[dict[Path, Replacement], set[Path], dict[Path, tuple[str, Decision]]]:
         """Adopted replacements still valid for this request, the segments whose
-        artifact went missing or corrupt (they stay as they were), and the reference of
-        each frozen segment's original."""
+        artifact went missing or corrupt (they stay as they were), and each frozen
+        segment's key and decision.
+
+        Every reference a frozen replacement names is looked up on every request, all in
+        one store round trip (the store may evict or lose entries between turns, and
+        the lookup keeps what a live session re-sends from expiring). The originals of
+        the previous request's step are also read back whole once more, which catches
+        bytes damaged since they were written; damage after that is caught where an
+        original is read, on recall, as a typed error."""
         failed: set[Path] = set()
-        refs: dict[Path, str] = {}
+        kept: dict[Path, tuple[str, Decision]] = {}
         if not state.decisions:
-            return {}, failed, refs
+            return {}, failed, kept
         common = common_prefix(state.exact_hashes, exact_hashes)
         by_key = {json_pointer(s.path): s for s in view.segments}
-        frozen: dict[Path, Replacement] = {}
+        candidates: list[tuple[str, Segment, Decision]] = []
         for key, decision in state.decisions.items():
             segment = by_key.get(key)
             if segment is None or segment.path not in view.eligible:
@@ -193,16 +200,34 @@ class Condenser:
             unchanged = segment.message_index + 1 < common
             if not unchanged and ref_for(segment.text) != decision.original_ref:
                 continue
-            if not all(self._resolves(tenant, ref) for ref in decision.refs):
+            candidates.append((key, segment, decision))
+        gone = self._missing(tenant, {ref for _, _, d in candidates for ref in d.refs})
+        frozen: dict[Path, Replacement] = {}
+        for key, segment, decision in candidates:
+            fresh = decision.adopted >= state.turns - 1
+            if any(ref in gone for ref in decision.refs) or (
+                fresh and not all(self._intact(tenant, ref) for ref in decision.refs)
+            ):
                 failed.add(segment.path)
                 continue
-            frozen[segment.path] = Replacement(decision.text, decision.transform, originals=())
-            refs[segment.path] = decision.original_ref
-        return frozen, failed, refs
+            frozen[segment.path] = Replacement(
+                decision.text, decision.transform, stored_refs=tuple(decision.refs)
+            )
+            kept[segment.path] = (key, decision)
+        return frozen, failed, kept
 
-    def _resolves(self, tenant: str, ref: str) -> bool:
-        """True when ``ref`` still reads back intact (checked on every request: the
-        store may evict or lose entries between turns)."""
+    def _missing(self, tenant: str, refs: set[str]) -> frozenset[str]:
+        """The ``refs`` the store cannot resolve (all of them when it fails to answer:
+        the segments stay as they were, which is always safe)."""
+        if not refs:
+            return frozenset()
+        try:
+            return self.store.missing(tenant, refs)
+        except Exception:  # unavailable: local to the segments, never the request
+            return frozenset(refs)
+
+    def _intact(self, tenant: str, ref: str) -> bool:
+        """True when ``ref`` reads back intact (its digest re-derived)."""
         try:
             self.store.get(tenant, ref)
         except Exception:  # missing, corrupted or unavailable: local to the segment

@@ -27,6 +27,8 @@ class Decision:
     original_ref: str
     refs: list[str]
     saved: int
+    adopted: int = 0
+    """The session turn whose step adopted it (the next request re-reads its originals)."""
 
 
 @dataclass(slots=True)
@@ -52,7 +54,7 @@ class SessionState:
             "sent_hashes": self.sent_hashes,
             "sent_tokens": self.sent_tokens,
             "decisions": {
-                k: [d.text, d.transform, d.original_ref, d.refs, d.saved]
+                k: [d.text, d.transform, d.original_ref, d.refs, d.saved, d.adopted]
                 for k, d in self.decisions.items()
             },
             "turns": self.turns,

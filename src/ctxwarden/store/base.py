@@ -9,6 +9,10 @@ Contract:
   can neither read nor detect another tenant's artifacts (:class:`ArtifactMissing`).
 - Bounded. Artifacts expire ``ttl`` after last use; ``gc`` drops expired ones and the
   least recently used past the byte cap.
+- Live references stay. ``missing`` answers for many references in one round trip
+  and counts the ones that resolve as used (their last use is refreshed, at most once
+  per :data:`TOUCH_INTERVAL`), so a session that re-sends a reference every turn keeps
+  its original from expiring or being evicted first.
 - Session state is opaque bytes under ``(tenant, session)``.
 """
 
@@ -16,13 +20,33 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Collection
 from typing import Protocol, runtime_checkable
 
 from ctxwarden.errors import ArtifactCorrupted
 
-__all__ = ["REF_PATTERN", "Store", "content_digest", "make_ref", "verified_text"]
+__all__ = [
+    "REF_PATTERN",
+    "TOUCH_INTERVAL",
+    "Store",
+    "chunked",
+    "content_digest",
+    "make_ref",
+    "verified_text",
+]
 
 REF_PATTERN = re.compile(r"cw:[0-9a-f]{12}")
+
+TOUCH_INTERVAL = 3600.0
+"""Seconds: ``missing`` rewrites an artifact's last use only when it is older than this
+(a busy session asks about the same references every turn; one write an hour each
+keeps them fresh for the TTL and the LRU cap without a write per request)."""
+
+
+def chunked(items: Collection[str], size: int) -> list[list[str]]:
+    """``items`` in lists of at most ``size`` (bounded statement parameters)."""
+    ordered = list(items)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
 def content_digest(text: str) -> str:
@@ -61,6 +85,11 @@ class Store(Protocol):
 
     def has(self, tenant: str, ref: str) -> bool:
         """True when ``ref`` resolves for ``tenant`` (no integrity check)."""
+        ...
+
+    def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
+        """The ``refs`` that do not resolve for ``tenant`` (no integrity check), in one
+        round trip; the others count as used (see module contract)."""
         ...
 
     def get_state(self, tenant: str, session: str) -> bytes | None:

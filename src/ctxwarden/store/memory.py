@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 
 from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing
-from ctxwarden.store.base import content_digest, make_ref
+from ctxwarden.store.base import TOUCH_INTERVAL, content_digest, make_ref
 
 __all__ = ["MemoryStore"]
 
@@ -44,6 +45,20 @@ class MemoryStore:
 
     def has(self, tenant: str, ref: str) -> bool:
         return (tenant, ref) in self._items
+
+    def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
+        now = time.time()
+        gone = set()
+        for ref in refs:
+            key = (tenant, ref)
+            item = self._items.get(key)
+            if item is None:
+                gone.add(ref)
+                continue
+            if item[2] < now - TOUCH_INTERVAL:
+                self._items[key] = (item[0], item[1], now)
+            self._items.move_to_end(key)
+        return frozenset(gone)
 
     def corrupt(self, tenant: str, ref: str, text: str) -> None:
         """Test hook: replace stored bytes without updating the digest."""

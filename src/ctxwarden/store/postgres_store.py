@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
 import psycopg
 
 from ctxwarden.errors import ArtifactMissing, StoreError
-from ctxwarden.store.base import content_digest, make_ref, verified_text
+from ctxwarden.store.base import TOUCH_INTERVAL, content_digest, make_ref, verified_text
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -140,6 +140,24 @@ class PostgresStore:
                 "SELECT 1 FROM ctxwarden_artifacts WHERE tenant=%s AND ref=%s", (tenant, ref)
             ).fetchone()
         return row is not None
+
+    def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
+        wanted = sorted(set(refs))
+        if not wanted:
+            return frozenset()
+        now = time.time()
+        with self._lock, _translated("look up artifacts"):
+            rows = self._db.execute(
+                "SELECT ref, last_used FROM ctxwarden_artifacts WHERE tenant=%s AND ref = ANY(%s)",
+                (tenant, wanted),
+            ).fetchall()
+            stale = [ref for ref, last_used in rows if last_used < now - TOUCH_INTERVAL]
+            if stale:
+                self._db.execute(
+                    "UPDATE ctxwarden_artifacts SET last_used=%s WHERE tenant=%s AND ref = ANY(%s)",
+                    (now, tenant, stale),
+                )
+        return frozenset(wanted) - {ref for ref, _ in rows}
 
     def get_state(self, tenant: str, session: str) -> bytes | None:
         with self._lock, _translated("read session state"):

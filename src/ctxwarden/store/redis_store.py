@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote, unquote
@@ -139,6 +139,20 @@ class RedisStore:
     def has(self, tenant: str, ref: str) -> bool:
         with self._lock, _translated("look up an artifact"):
             return bool(self._redis.exists(self.artifact_key(tenant, ref)))
+
+    def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
+        """One pipeline of ``PEXPIRE``: it refreshes the expiry of the keys that exist
+        (an in-memory write, cheap enough for every request) and answers 0 for the
+        others (a missing key is not created)."""
+        ordered = list(dict.fromkeys(refs))
+        if not ordered:
+            return frozenset()
+        with self._lock, _translated("look up artifacts"):
+            pipe = self._redis.pipeline(transaction=False)
+            for ref in ordered:
+                pipe.pexpire(self.artifact_key(tenant, ref), self._ttl_ms)
+            answers: list[Any] = pipe.execute()
+        return frozenset(ref for ref, alive in zip(ordered, answers, strict=True) if not alive)
 
     # -- session state -----------------------------------------------------------------
 

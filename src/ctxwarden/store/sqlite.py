@@ -9,14 +9,23 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ctxwarden.errors import ArtifactMissing, StoreError
-from ctxwarden.store.base import content_digest, make_ref, verified_text
+from ctxwarden.store.base import (
+    TOUCH_INTERVAL,
+    chunked,
+    content_digest,
+    make_ref,
+    verified_text,
+)
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
+
+_MAX_PARAMS = 500
+"""References per statement (SQLite limits bound parameters)."""
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -149,6 +158,28 @@ class SqliteStore:
                 "SELECT 1 FROM artifacts WHERE tenant=? AND ref=?", (tenant, ref)
             ).fetchone()
         return row is not None
+
+    def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
+        now = time.time()
+        found: set[str] = set()
+        stale: list[str] = []
+        with self._lock, _translated("look up artifacts"):
+            for part in chunked(set(refs), _MAX_PARAMS):
+                marks = ",".join("?" * len(part))
+                for ref, last_used in self._db.execute(
+                    f"SELECT ref, last_used FROM artifacts WHERE tenant=? AND ref IN ({marks})",
+                    (tenant, *part),
+                ):
+                    found.add(ref)
+                    if last_used < now - TOUCH_INTERVAL:
+                        stale.append(ref)
+            for part in chunked(stale, _MAX_PARAMS):
+                marks = ",".join("?" * len(part))
+                self._db.execute(
+                    f"UPDATE artifacts SET last_used=? WHERE tenant=? AND ref IN ({marks})",
+                    (now, tenant, *part),
+                )
+        return frozenset(refs) - found
 
     def get_state(self, tenant: str, session: str) -> bytes | None:
         with self._lock, _translated("read session state"):
