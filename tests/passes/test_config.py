@@ -32,6 +32,7 @@ BAD_VALUES: list[tuple[str, str, Any]] = [
     ("dedupe", "min_tokens", -1),
     ("dedupe", "enabled", "sometimes"),
     ("dedupe", "min_band", "severe"),
+    ("dedupe", "min_request_tokens", -1),
     ("supersede", "keep_newest", 0),
     ("supersede", "keep_newest", 21),
     ("supersede", "file_reads", [1]),

@@ -264,3 +264,32 @@ def test_a_session_switching_models_gives_the_bytes_of_a_restarted_engine() -> N
         return dumps(engine.condense(turn2, session="s1").request)
 
     assert run(restart=False) == run(restart=True)
+
+
+def _bulky_request() -> dict[str, Any]:
+    return request(
+        call("c1", "cat big.txt"),
+        result("c1", lines_of("big", 120)),
+        call("c2", "cat other.txt"),
+        result("c2", lines_of("other", 120)),
+        call("c3", "git status"),
+        result("c3", "clean"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("condition", "runs"),
+    [
+        ({"min_request_tokens": 0}, True),
+        ({"min_request_tokens": 10**7}, False),
+        ({"min_band": "low"}, True),
+        ({"min_band": "hard"}, False),
+    ],
+)
+def test_a_pass_runs_only_when_its_conditions_hold(condition: dict[str, Any], runs: bool) -> None:
+    """Conditional execution: a pass whose request-size or pressure condition does not
+    hold proposes nothing (here the mask pass, the only one that applies)."""
+    pipeline = {**FORCE, "mask": {"min_tokens": 0, **condition}}
+    res = make_engine("balanced", pipeline).condense(_bulky_request(), session="s")
+    assert ("mask" in res.report["transforms"]) is runs
+    assert res.changed is runs

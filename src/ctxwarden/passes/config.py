@@ -28,6 +28,12 @@ class PassConfig(BaseModel):
     min_band: Band | None = Field(
         None, description="Run only when the request's pressure band is at least this."
     )
+    min_request_tokens: int = Field(
+        0,
+        ge=0,
+        description="Run only when the request holds at least this many tokens (as sent "
+        "so far: earlier replacements applied), e.g. a summarizer for long sessions only.",
+    )
 
 
 class DedupeConfig(PassConfig):

@@ -109,10 +109,10 @@ class Condenser:
 
         if failed:  # a segment whose artifact failed stays as it was for this request
             view = replace(view, eligible=view.eligible - failed)
-        new = self._propose(view, frozen, counter, band, target)
+        new = self._propose(view, frozen, counter, band, target, frozen_total)
         if forced and frozen_total - self._total_saving(view, new, counter) >= budget.soft_trigger:
             relaxed = replace(view, recent=frozenset(), relevant=frozenset())
-            new.update(self._propose(relaxed, {**frozen, **new}, counter, band, None))
+            new.update(self._propose(relaxed, {**frozen, **new}, counter, band, None, frozen_total))
 
         adopted = (
             new
@@ -241,7 +241,11 @@ class Condenser:
         counter: TokenCounter,
         band: str,
         target: int | None,
+        request_tokens: int,
     ) -> dict[Path, Replacement]:
+        """New replacements from the passes in order; a pass runs only when its
+        conditions hold (``min_band``, ``min_request_tokens``), and the passes stop once
+        ``target`` tokens are saved."""
         ctx = PassContext(
             segments=view.segments,
             eligible=view.eligible,
@@ -257,6 +261,8 @@ class Condenser:
         for pass_ in self.passes:
             settings = getattr(self.pipeline, pass_.name)
             if settings.min_band and BANDS.index(band) < BANDS.index(settings.min_band):
+                continue
+            if request_tokens < settings.min_request_tokens:
                 continue
             for path, rep in pass_(ctx, decided).items():
                 gain = self._saved(view, path, rep, counter)
