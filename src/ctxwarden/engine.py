@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ctxwarden.adapters import get_adapter
 from ctxwarden.config import EngineConfig, Mode, load_config
 from ctxwarden.errors import MalformedRequest, ValidationFailed
@@ -136,12 +138,15 @@ class Engine:
         element_tokens = counter.element_tokens(conversation, hashes)
         tokens_before = sum(element_tokens)
         session_key = session or derive_session_key(conversation)
+        bytes_before = _json_size(request)
         report: dict[str, Any] = {
             "api": api,
             "mode": mode,
             "session": session_key,
             "model": conversation.model,
             "messages": len(conversation.messages),
+            "bytes_before": bytes_before,
+            "bytes_after": bytes_before,
             "tokens_before": tokens_before,
             "tokens_after": tokens_before,
             "context_window": budget.context_window,
@@ -187,6 +192,7 @@ class Engine:
         report.update(outcome.report)
         if outcome.conversation is not conversation and rendered is not None:
             report["rewritten"] = True
+            report["bytes_after"] = _json_size(rendered)
             result_request = rendered
         else:
             report["tokens_after"] = tokens_before
@@ -218,6 +224,15 @@ class Engine:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
+
+
+def _json_size(request: Any) -> int | None:
+    """Bytes of ``request`` as compact JSON (what the wire would carry without
+    whitespace; ``None`` if it holds a value JSON cannot encode)."""
+    try:
+        return len(orjson.dumps(request))
+    except TypeError:
+        return None
 
 
 def _ms(started: float) -> float:

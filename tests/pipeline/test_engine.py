@@ -293,3 +293,16 @@ def test_a_pass_runs_only_when_its_conditions_hold(condition: dict[str, Any], ru
     res = make_engine("balanced", pipeline).condense(_bulky_request(), session="s")
     assert ("mask" in res.report["transforms"]) is runs
     assert res.changed is runs
+
+
+def test_report_counts_bytes_before_and_after() -> None:
+    """The report's byte counts are the compact JSON sizes of the request received and
+    of the request returned (the same when nothing was rewritten)."""
+    wire = _bulky_request()
+    res = make_engine("balanced", FORCE).condense(wire, session="s")
+    assert res.changed
+    assert res.report["bytes_before"] == len(orjson.dumps(wire))
+    assert res.report["bytes_after"] == len(orjson.dumps(res.request))
+    assert res.report["bytes_after"] < res.report["bytes_before"]
+    exact = make_engine("balanced", FORCE, mode="exact").condense(wire, session="s")
+    assert exact.report["bytes_after"] == exact.report["bytes_before"]
