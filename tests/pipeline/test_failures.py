@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from ctxwarden import StoreError
@@ -175,4 +176,28 @@ def test_artifact_lost_turns_after_its_step_is_a_segment_failure(tmp_path: Path)
     assert res.report["segment_failures"] >= 1
     assert res.request["messages"][3]["content"] == wires[4]["messages"][3]["content"]
     check_invariants(engine, wires[4], res.request)
+    engine.close()
+
+
+def test_a_state_written_without_refs_still_has_its_references_checked(tmp_path: Path) -> None:
+    """States of the previous version saved frozen decisions with no references (the bug
+    this guards against); their texts still name them, and a lost one is caught."""
+    path = tmp_path / "store.sqlite3"
+    store = SqliteStore(path)
+    engine = make_engine("balanced", FORCE, store=store)
+    wires = _turns(4)
+    results = [engine.condense(w, session="s") for w in wires[:3]]
+    data = orjson.loads(store.get_state("local", "s") or b"{}")
+    for decision in data["decisions"].values():
+        decision[3] = []  # refs, as the previous version re-saved them
+    data.pop("adopted", None)
+    store.put_state("local", "s", orjson.dumps(data))
+    gone = _ref_of(results[0], 3)
+    with sqlite3.connect(path) as db:
+        assert db.execute("DELETE FROM artifacts WHERE ref = ?", (gone,)).rowcount == 1
+    db.close()
+    res = engine.condense(wires[3], session="s")
+    assert res.report["segment_failures"] >= 1
+    assert res.request["messages"][3]["content"] == wires[3]["messages"][3]["content"]
+    check_invariants(engine, wires[3], res.request)
     engine.close()

@@ -105,21 +105,22 @@ def test_missing_answers_for_more_refs_than_one_statement_holds(store: Store) ->
 
 
 @pytest.mark.parametrize("harness", CAPPED, indirect=True)
+@pytest.mark.parametrize("ttl", [4 * TOUCH_INTERVAL, 100.0], ids=["long-ttl", "short-ttl"])
 def test_missing_keeps_what_is_still_sent_from_expiring(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, ttl: float
 ) -> None:
     """A reference a session re-sends is used even if nobody recalls it: the lookup
-    refreshes its last use (at most once per TOUCH_INTERVAL), so TTL and the cap take
-    the idle ones."""
-    store = harness.open(ttl_seconds=2 * TOUCH_INTERVAL)
+    refreshes its last use (once it is older than touch_interval(ttl)), so TTL takes
+    the idle ones, also with a TTL shorter than TOUCH_INTERVAL."""
+    store = harness.open(ttl_seconds=ttl)
     try:
         sent = store.put("acme", "still re-sent every turn")
         idle = store.put("acme", "no longer sent")
-        later = time.time() + 1.5 * TOUCH_INTERVAL
+        later = time.time() + 0.8 * ttl
         monkeypatch.setattr(time, "time", lambda: later)
         assert store.missing("acme", [sent]) == frozenset()
         # both puts are past the TTL by then; the lookup is not
-        assert store.gc(now=later + TOUCH_INTERVAL) == 1
+        assert store.gc(now=later + 0.5 * ttl) == 1
         assert store.has("acme", sent)
         assert not store.has("acme", idle)
     finally:

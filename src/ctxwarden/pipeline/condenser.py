@@ -200,6 +200,8 @@ class Condenser:
             unchanged = segment.message_index + 1 < common
             if not unchanged and ref_for(segment.text) != decision.original_ref:
                 continue
+            if not decision.refs:  # written by a version that dropped them: the text names them
+                decision = replace(decision, refs=_refs_in(decision.text))
             candidates.append((key, segment, decision))
         gone = self._missing(tenant, {ref for _, _, d in candidates for ref in d.refs})
         frozen: dict[Path, Replacement] = {}

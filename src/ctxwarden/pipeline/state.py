@@ -4,6 +4,12 @@ The state records, for the last request of a session: the element hashes and tok
 counts of the original and of what was sent (element 0 is the head: system, tools),
 the adopted replacement of every condensed segment, and a cost ledger. It is encoded
 as JSON; an unreadable state is treated as absent (a fresh session).
+
+Replicas of different versions share states during a rolling deploy, so the format
+only grows by new top-level keys, which older versions ignore: a decision is still a
+five-element list, and the turn each was adopted on is kept beside them (``adopted``;
+a state without it counts every decision as adopted on the previous turn, which makes
+the next request read their originals back once).
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ class Decision:
     original_ref: str
     refs: list[str]
     saved: int
-    adopted: int = 0
-    """The session turn whose step adopted it (the next request re-reads its originals)."""
+    adopted: int = -1
+    """The session turn whose step adopted it (the next request re-reads its originals;
+    ``-1``: unknown, from a state written without it)."""
 
 
 @dataclass(slots=True)
@@ -54,9 +61,10 @@ class SessionState:
             "sent_hashes": self.sent_hashes,
             "sent_tokens": self.sent_tokens,
             "decisions": {
-                k: [d.text, d.transform, d.original_ref, d.refs, d.saved, d.adopted]
+                k: [d.text, d.transform, d.original_ref, d.refs, d.saved]
                 for k, d in self.decisions.items()
             },
+            "adopted": {k: d.adopted for k, d in self.decisions.items()},
             "turns": self.turns,
             "steps": self.steps,
             "cum_exact": self.cum_exact,
@@ -73,8 +81,19 @@ class SessionState:
             data = orjson.loads(raw)
             if data.pop("v", None) != STATE_VERSION:
                 return cls()
-            data["decisions"] = {k: Decision(*v) for k, v in data["decisions"].items()}
+            adopted = data.pop("adopted", None) or {}
+            unknown = int(data.get("turns", 0)) - 1
+            data["decisions"] = {
+                k: _decision(v, int(adopted.get(k, unknown))) for k, v in data["decisions"].items()
+            }
             known = {f.name for f in fields(cls)}  # a newer replica's extra keys are ignored
             return cls(**{k: v for k, v in data.items() if k in known})
-        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError, ValueError):
             return cls()
+
+
+def _decision(stored: list[Any], adopted: int) -> Decision:
+    """A decision from its stored five-element list (text, transform, original ref,
+    refs, saved tokens)."""
+    text, transform, original_ref, refs, saved = stored[:5]
+    return Decision(text, transform, original_ref, refs, saved, adopted)

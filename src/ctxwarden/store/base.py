@@ -10,9 +10,10 @@ Contract:
 - Bounded. Artifacts expire ``ttl`` after last use; ``gc`` drops expired ones and the
   least recently used past the byte cap.
 - Live references stay. ``missing`` answers for many references in one round trip
-  and counts the ones that resolve as used (their last use is refreshed, at most once
-  per :data:`TOUCH_INTERVAL`), so a session that re-sends a reference every turn keeps
-  its original from expiring or being evicted first.
+  and counts the ones that resolve as used: their last use is refreshed once it is
+  older than :func:`touch_interval` (at most 10 minutes, a quarter of the TTL), so a
+  session that re-sends a reference keeps its original from expiring, and under the
+  byte cap it counts as used that recently.
 - Session state is opaque bytes under ``(tenant, session)``.
 """
 
@@ -32,15 +33,22 @@ __all__ = [
     "chunked",
     "content_digest",
     "make_ref",
+    "touch_interval",
     "verified_text",
 ]
 
 REF_PATTERN = re.compile(r"cw:[0-9a-f]{12}")
 
-TOUCH_INTERVAL = 3600.0
+TOUCH_INTERVAL = 600.0
 """Seconds: ``missing`` rewrites an artifact's last use only when it is older than this
-(a busy session asks about the same references every turn; one write an hour each
-keeps them fresh for the TTL and the LRU cap without a write per request)."""
+(a busy session asks about the same references every turn; one write every ten minutes
+each keeps them fresh for the TTL and the LRU cap without a write per request)."""
+
+
+def touch_interval(ttl: float) -> float:
+    """How stale a looked-up artifact's last use may get before ``missing`` rewrites it:
+    :data:`TOUCH_INTERVAL`, or a quarter of a shorter TTL (so nothing in use expires)."""
+    return min(TOUCH_INTERVAL, ttl / 4)
 
 
 def chunked(items: Collection[str], size: int) -> list[list[str]]:

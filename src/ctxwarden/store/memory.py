@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Collection
 
 from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing
-from ctxwarden.store.base import TOUCH_INTERVAL, content_digest, make_ref
+from ctxwarden.store.base import content_digest, make_ref, touch_interval
 
 __all__ = ["MemoryStore"]
 
@@ -48,6 +48,7 @@ class MemoryStore:
 
     def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
         now = time.time()
+        stale_before = now - touch_interval(self.ttl)
         gone = set()
         for ref in refs:
             key = (tenant, ref)
@@ -55,7 +56,7 @@ class MemoryStore:
             if item is None:
                 gone.add(ref)
                 continue
-            if item[2] < now - TOUCH_INTERVAL:
+            if item[2] < stale_before:
                 self._items[key] = (item[0], item[1], now)
             self._items.move_to_end(key)
         return frozenset(gone)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import psycopg
 
 from ctxwarden.errors import ArtifactMissing, StoreError
-from ctxwarden.store.base import TOUCH_INTERVAL, content_digest, make_ref, verified_text
+from ctxwarden.store.base import content_digest, make_ref, touch_interval, verified_text
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -151,7 +151,8 @@ class PostgresStore:
                 "SELECT ref, last_used FROM ctxwarden_artifacts WHERE tenant=%s AND ref = ANY(%s)",
                 (tenant, wanted),
             ).fetchall()
-            stale = [ref for ref, last_used in rows if last_used < now - TOUCH_INTERVAL]
+            stale_before = now - touch_interval(self.ttl)
+            stale = [ref for ref, last_used in rows if last_used < stale_before]
             if stale:
                 self._db.execute(
                     "UPDATE ctxwarden_artifacts SET last_used=%s WHERE tenant=%s AND ref = ANY(%s)",

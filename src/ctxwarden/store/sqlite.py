@@ -15,10 +15,10 @@ from pathlib import Path
 
 from ctxwarden.errors import ArtifactMissing, StoreError
 from ctxwarden.store.base import (
-    TOUCH_INTERVAL,
     chunked,
     content_digest,
     make_ref,
+    touch_interval,
     verified_text,
 )
 
@@ -161,6 +161,7 @@ class SqliteStore:
 
     def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
         now = time.time()
+        stale_before = now - touch_interval(self.ttl)
         found: set[str] = set()
         stale: list[str] = []
         with self._lock, _translated("look up artifacts"):
@@ -171,7 +172,7 @@ class SqliteStore:
                     (tenant, *part),
                 ):
                     found.add(ref)
-                    if last_used < now - TOUCH_INTERVAL:
+                    if last_used < stale_before:
                         stale.append(ref)
             for part in chunked(stale, _MAX_PARAMS):
                 marks = ",".join("?" * len(part))
