@@ -130,15 +130,20 @@ class Engine:
         started = time.perf_counter()
         mode = mode or self.config.mode
         adapter = get_adapter(api)
-        conversation = self.parse(request, api)
-        info = self.registry.lookup(conversation.model)
-        counter = self.counter_for(info)
-        budget = self.budget_for(conversation.model)
-        hashes = element_hashes(conversation)
-        element_tokens = counter.element_tokens(conversation, hashes)
+        try:
+            conversation = self.parse(request, api)
+            info = self.registry.lookup(conversation.model)
+            counter = self.counter_for(info)
+            budget = self.budget_for(conversation.model)
+            hashes = element_hashes(conversation)
+            element_tokens = counter.element_tokens(conversation, hashes)
+            session_key = session or derive_session_key(conversation)
+            bytes_before = _json_size(request)
+        except MalformedRequest:
+            raise
+        except Exception as exc:  # JSON-incompatible values, huge integers: forward as is
+            return CondenseResult(dict(request), _unread_report(api, mode, exc, started))
         tokens_before = sum(element_tokens)
-        session_key = session or derive_session_key(conversation)
-        bytes_before = _json_size(request)
         report: dict[str, Any] = {
             "api": api,
             "mode": mode,
@@ -155,15 +160,7 @@ class Engine:
             "pressure": round(budget.pressure(tokens_before), 4),
             "band": budget.band(tokens_before),
             "estimator_confidence": counter.confidence,
-            "rewritten": False,
-            "compaction_step": False,
-            "fallback_reason": None,
-            "transforms": {},
-            "rollbacks": 0,
-            "segment_failures": 0,
-            "fallbacks": 0,
-            "artifacts_stored": 0,
-            "references": [],
+            **_zero_counters(),
         }
         if mode == "exact":
             report["duration_ms"] = _ms(started)
@@ -224,6 +221,38 @@ class Engine:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
+
+
+def _zero_counters() -> dict[str, Any]:
+    """The report's counters before anything is done (fresh containers each call)."""
+    return {
+        "rewritten": False,
+        "compaction_step": False,
+        "fallback_reason": None,
+        "transforms": {},
+        "rollbacks": 0,
+        "segment_failures": 0,
+        "fallbacks": 0,
+        "artifacts_stored": 0,
+        "references": [],
+    }
+
+
+def _unread_report(api: str, mode: Mode, exc: Exception, started: float) -> dict[str, Any]:
+    """The report of a request the engine could not read (it is returned unchanged):
+    the counters of a fallback; what was never measured is ``None``."""
+    unknown = ("session", "model", "messages", "bytes_before", "bytes_after",
+               "tokens_before", "tokens_after", "context_window", "window_source",
+               "output_reserve", "pressure", "band", "estimator_confidence")  # fmt: skip
+    return {
+        "api": api,
+        "mode": mode,
+        **dict.fromkeys(unknown),
+        **_zero_counters(),
+        "fallback_reason": f"unreadable: {exc.__class__.__name__}",
+        "fallbacks": 1,
+        "duration_ms": _ms(started),
+    }
 
 
 def _json_size(request: Any) -> int | None:

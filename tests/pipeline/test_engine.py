@@ -306,3 +306,44 @@ def test_report_counts_bytes_before_and_after() -> None:
     assert res.report["bytes_after"] < res.report["bytes_before"]
     exact = make_engine("balanced", FORCE, mode="exact").condense(wire, session="s")
     assert exact.report["bytes_after"] == exact.report["bytes_before"]
+
+
+_UNREADABLE = {
+    "integer beyond 64 bits": (
+        "anthropic.messages",
+        {
+            "model": "claude-sonnet-4-20250514",
+            "max_tokens": 100,
+            "messages": [
+                {"role": "user", "content": "compute 30!"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "t1", "name": "check", "input": {"n": 2**100}}
+                    ],
+                },
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+            ],
+        },
+    ),
+    "lone surrogate": (
+        "openai.chat",
+        {"model": "gpt-4o", "messages": [{"role": "user", "content": "emoji cut: \ud83d"}]},
+    ),
+    "python value": (
+        "openai.chat",
+        {"model": "gpt-4o", "messages": [{"role": "user", "content": "x", "meta": {1, 2}}]},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_UNREADABLE))
+def test_a_request_the_engine_cannot_read_is_returned_unchanged(case: str) -> None:
+    """Values a JSON library of the client accepts but the engine's cannot encode are no
+    reason to fail the request: it is returned as received, with the reason."""
+    api, wire = _UNREADABLE[case]
+    res = make_engine("balanced", FORCE).condense(wire, api=api, session="s")
+    assert res.request == wire
+    assert res.report["fallback_reason"].startswith("unreadable: ")
+    assert res.report["fallbacks"] == 1
+    assert not res.report["rewritten"]

@@ -72,6 +72,22 @@ def _content_parts(
     return tuple(parts)
 
 
+_MODEL_ITEMS = frozenset(
+    {
+        "computer_call",
+        "web_search_call",
+        "file_search_call",
+        "image_generation_call",
+        "code_interpreter_call",
+        "local_shell_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+    }
+)
+"""Role-less input items the model produced (the assistant's turn)."""
+
+
 def _item(value: Any, path: Path) -> Message:
     item = expect_object(value, path)
     kind = item.get("type")
@@ -108,8 +124,13 @@ def _item(value: Any, path: Path) -> Message:
         )
         return Message(role="assistant", parts=(reasoning,), path=path, item_type=kind)
     item_role = item.get("role")
+    if not isinstance(item_role, str):
+        # what the model produced is the assistant's; anything else (a client's
+        # ``*_output``, an approval, an item reference, a type unknown here) is not, so
+        # it never hides the newest output from the protected tail
+        item_role = "assistant" if kind in _MODEL_ITEMS else "tool"
     return Message(
-        role=item_role if isinstance(item_role, str) else "assistant",
+        role=item_role,
         parts=(OpaquePart(wire_type=kind, path=path, raw_json=_json(item)),),
         path=path,
         item_type=kind,

@@ -76,7 +76,7 @@ def inspect_rows(engine: Any, request: Any, api: str) -> dict[str, Any]:
     budget = engine.budget_for(conversation.model)
     total = counter.count_conversation(conversation)
     protected = protected_message_indexes(conversation)
-    last = conversation.last_assistant_index
+    last = conversation.newest_start - 1
     rows = []
     for i, message in enumerate(conversation.messages):
         for part in message.parts:

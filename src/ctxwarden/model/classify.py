@@ -45,8 +45,7 @@ def protected_message_indexes(conversation: Conversation) -> frozenset[int]:
         elif message.role == "user" and not first_user_seen and message.item_type == "message":
             first_user_seen = True
             protected.add(i)
-    last = conversation.last_assistant_index
-    protected.update(range(last + 1, len(conversation.messages)))
+    protected.update(range(conversation.newest_start, len(conversation.messages)))
     return frozenset(protected)
 
 

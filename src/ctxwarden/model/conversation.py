@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 
-__all__ = ["API_NAMES", "ApiName", "Conversation", "Message"]
+__all__ = ["API_NAMES", "ApiName", "Conversation", "Message", "newest_start"]
 
 ApiName = Literal["openai.chat", "openai.responses", "anthropic.messages"]
 API_NAMES: tuple[ApiName, ...] = ("openai.chat", "openai.responses", "anthropic.messages")
@@ -105,3 +105,21 @@ class Conversation:
             if self.messages[i].role == "assistant":
                 return i
         return -1
+
+    @property
+    def newest_start(self) -> int:
+        """Index of the first of the newest messages, which stay exact: everything after
+        the last assistant message; when the request ends with assistant messages (a
+        prefill the model is to continue), those and everything after the assistant
+        message before them."""
+        return newest_start([m.role for m in self.messages])
+
+
+def newest_start(roles: Sequence[str]) -> int:
+    """:attr:`Conversation.newest_start` for a list of message roles."""
+    i = len(roles) - 1
+    while i >= 0 and roles[i] == "assistant":  # a trailing prefill
+        i -= 1
+    while i >= 0 and roles[i] != "assistant":
+        i -= 1
+    return i + 1

@@ -26,6 +26,7 @@ import orjson
 
 from ctxwarden.adapters import get_adapter
 from ctxwarden.errors import CtxwardenError
+from ctxwarden.model.conversation import newest_start
 from ctxwarden.replay.view import MessageInfo, Step
 from ctxwarden.replay.wire import MESSAGE_KEYS
 
@@ -35,19 +36,18 @@ CATEGORIES = ("json", "fields", "order", "ids", "pairing", "protected")
 
 
 def protected_positions(messages: Sequence[MessageInfo]) -> frozenset[int]:
-    """System / developer items, the first user message, everything after the last assistant."""
+    """System / developer items, the first user message, the newest messages (everything
+    after the last assistant message, or from the one before a trailing prefill:
+    :func:`ctxwarden.model.conversation.newest_start`)."""
     out: set[int] = set()
     first_user = False
-    last_assistant = -1
     for i, m in enumerate(messages):
         if m.role in ("system", "developer"):
             out.add(i)
         elif m.role == "user" and not first_user and not any(k == "result" for k, *_ in m.skeleton):
             first_user = True
             out.add(i)
-        if m.role == "assistant":
-            last_assistant = i
-    out.update(range(last_assistant + 1, len(messages)))
+    out.update(range(newest_start([m.role for m in messages]), len(messages)))
     return frozenset(out)
 
 
