@@ -89,8 +89,11 @@ def is_error_line(line: str) -> bool:
     return bool(_ERROR_RE.search(line))
 
 
-def error_lines(text: str, limit: int = 400) -> list[str]:
-    """Every distinct error line of ``text`` in order (at most ``limit``), as written."""
+def error_lines(text: str, limit: int | None = None) -> list[str]:
+    """Every distinct error line of ``text`` in order (at most ``limit``), as written.
+
+    Uncapped by default: every error line of a condensed part must stay visible, so a
+    cap here would hide the ones past it from the passes and their checks alike."""
     return list(_error_lines(text, limit))
 
 
@@ -113,7 +116,7 @@ def _candidate_line_starts(text: str) -> list[int]:
 
 
 @functools.lru_cache(maxsize=8192)
-def _error_lines(text: str, limit: int) -> tuple[str, ...]:
+def _error_lines(text: str, limit: int | None) -> tuple[str, ...]:
     """Same result as testing each line alone with :func:`is_error_line`: the lines
     holding a keyword are tested in order, each distinct hit kept once."""
     out: list[str] = []
@@ -124,7 +127,7 @@ def _error_lines(text: str, limit: int) -> tuple[str, ...]:
         if line and line not in seen and _ERROR_RE.search(line):
             seen.add(line)
             out.append(line)
-            if len(out) >= limit:
+            if limit is not None and len(out) >= limit:
                 break
     return tuple(out)
 

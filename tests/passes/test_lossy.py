@@ -530,3 +530,22 @@ def test_placeholder_keeps_a_long_error_line_whole_even_as_its_head() -> None:
     out = MaskPass(MaskConfig())(ctx, {})
     seg = segment_at(ctx, 3)
     assert long_error in out[seg.path].text.split("\n")
+
+
+@pytest.mark.parametrize("preset", ["balanced", "aggressive"])
+def test_every_error_line_survives_even_hundreds_of_them(preset: str) -> None:
+    """No cap: an output with 600 distinct failures keeps all 600 lines visible (a
+    capped list hid the ones past the cap from the passes and their checks alike)."""
+    rows = []
+    for i in range(600):
+        rows += [f"tests/test_mod_{i}.py::test_case_{i} PASSED step {j}" for j in range(6)]
+        rows.append(f"FAILED tests/test_mod_{i}.py::test_case_{i} - AssertionError: {i} != {i + 1}")
+    big = "\n".join(rows)
+    wire = request(call("c1", "pytest"), result("c1", big), call("c2", "ls"), result("c2", "a.py"))
+    res = make_engine(preset, FORCE).condense(wire, session="s")
+    assert res.changed
+    sent = res.request["messages"][3]["content"]
+    assert sent != big
+    failures = [line for line in big.split("\n") if line.startswith("FAILED")]
+    assert len(error_lines(big)) == len(failures) == 600
+    assert all(line in sent for line in failures)
