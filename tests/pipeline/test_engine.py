@@ -347,3 +347,33 @@ def test_a_request_the_engine_cannot_read_is_returned_unchanged(case: str) -> No
     assert res.report["fallback_reason"].startswith("unreadable: ")
     assert res.report["fallbacks"] == 1
     assert not res.report["rewritten"]
+
+
+def test_a_note_pointing_to_an_output_that_changed_is_not_reapplied() -> None:
+    """A duplicate becomes "identical to message #3"; when message 3 no longer reads the
+    same (the agent elided it, or another run shares the derived session key), the note
+    is false and the error line it relied on would be gone: it is not re-applied."""
+    error = "ValueError: bad value for parse_header in src/app.py"
+    text = "\n".join([f"row {i}: checked item_{i} in module_x.py ok" for i in range(80)] + [error])
+    first = request(
+        call("c1", "python run.py"),
+        result("c1", text),
+        call("c2", "ls"),
+        result("c2", "a.py b.py"),
+        call("c3", "python run.py --again"),
+        result("c3", text),
+    )
+    engine = make_engine("balanced", FORCE)
+    res1 = engine.condense(first, session="s")
+    assert res1.report["transforms"].get("dedupe", {}).get("count") == 1
+    second = orjson.loads(orjson.dumps(first))
+    second["messages"][3]["content"] = "[output elided by the agent]"
+    second["messages"] += [call("c5", "ls tests"), result("c5", "t.py")]
+    second["messages"] += [
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "go"},
+    ]
+    res2 = engine.condense(second, session="s")
+    assert "dedupe" not in res2.report["transforms"]
+    assert error in orjson.dumps(res2.request).decode()
+    check_invariants(engine, second, res2.request)

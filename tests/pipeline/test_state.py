@@ -21,6 +21,7 @@ _decisions = st.dictionaries(
         refs=st.lists(st.just("cw:000000000001"), max_size=2),
         saved=st.integers(0, 10_000),
         adopted=st.integers(0, 500),
+        witness=st.none() | st.tuples(st.just("/messages/3/content"), st.just("cw:000000000002")),
     ),
     max_size=5,
 )

@@ -144,6 +144,9 @@ class Condenser:
                 refs=list(r.refs),
                 saved=self._saved(view, p, r, counter),
                 adopted=state.turns,
+                witness=(
+                    (json_pointer(r.witness), ref_for(view.text(r.witness))) if r.witness else None
+                ),
             )
         state.turns += 1
         state.steps += int(bool(adopted))
@@ -200,6 +203,8 @@ class Condenser:
             unchanged = segment.message_index + 1 < common
             if not unchanged and ref_for(segment.text) != decision.original_ref:
                 continue
+            if decision.witness and not _same_witness(decision.witness, by_key, common):
+                continue  # what it points to changed: the note would be false
             if not decision.refs:  # written by a version that dropped them: the text names them
                 decision = replace(decision, refs=_refs_in(decision.text))
             candidates.append((key, segment, decision))
@@ -471,6 +476,16 @@ class Condenser:
             "session_turns": state.turns,
             "session_steps": state.steps,
         }
+
+
+def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: int) -> bool:
+    """Whether the segment a replacement points to still reads as when it was adopted
+    (unchanged when its message lies in the unchanged prefix of the history)."""
+    key, ref = witness
+    segment = by_key.get(key)
+    if segment is None:
+        return False
+    return segment.message_index + 1 < common or ref_for(segment.text) == ref
 
 
 def step_is_free(

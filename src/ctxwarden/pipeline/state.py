@@ -9,7 +9,8 @@ Replicas of different versions share states during a rolling deploy, so the form
 only grows by new top-level keys, which older versions ignore: a decision is still a
 five-element list, and the turn each was adopted on is kept beside them (``adopted``;
 a state without it counts every decision as adopted on the previous turn, which makes
-the next request read their originals back once).
+the next request read their originals back once), as is the segment each points to
+(``witness``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class Decision:
     adopted: int = -1
     """The session turn whose step adopted it (the next request re-reads its originals;
     ``-1``: unknown, from a state written without it)."""
+    witness: tuple[str, str] | None = None
+    """Key and original's reference of the segment the replacement points to (a
+    duplicate's first copy, a superseded run's newest): it holds only while that
+    segment still reads the same."""
 
 
 @dataclass(slots=True)
@@ -65,6 +70,7 @@ class SessionState:
                 for k, d in self.decisions.items()
             },
             "adopted": {k: d.adopted for k, d in self.decisions.items()},
+            "witness": {k: list(d.witness) for k, d in self.decisions.items() if d.witness},
             "turns": self.turns,
             "steps": self.steps,
             "cum_exact": self.cum_exact,
@@ -82,9 +88,11 @@ class SessionState:
             if data.pop("v", None) != STATE_VERSION:
                 return cls()
             adopted = data.pop("adopted", None) or {}
+            witness = data.pop("witness", None) or {}
             unknown = int(data.get("turns", 0)) - 1
             data["decisions"] = {
-                k: _decision(v, int(adopted.get(k, unknown))) for k, v in data["decisions"].items()
+                k: _decision(v, int(adopted.get(k, unknown)), witness.get(k))
+                for k, v in data["decisions"].items()
             }
             known = {f.name for f in fields(cls)}  # a newer replica's extra keys are ignored
             return cls(**{k: v for k, v in data.items() if k in known})
@@ -92,8 +100,9 @@ class SessionState:
             return cls()
 
 
-def _decision(stored: list[Any], adopted: int) -> Decision:
+def _decision(stored: list[Any], adopted: int, witness: list[str] | None) -> Decision:
     """A decision from its stored five-element list (text, transform, original ref,
-    refs, saved tokens)."""
+    refs, saved tokens), its adoption turn and its witness."""
     text, transform, original_ref, refs, saved = stored[:5]
-    return Decision(text, transform, original_ref, refs, saved, adopted)
+    seen = (str(witness[0]), str(witness[1])) if witness else None
+    return Decision(text, transform, original_ref, refs, saved, adopted, seen)
