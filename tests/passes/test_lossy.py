@@ -449,6 +449,27 @@ def test_trim_args_leaves_a_short_value_with_an_error_line_whole() -> None:
     assert json.loads(sent)["command"] == one_line
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"id": 18446744073709551617, "content": "%s"}',
+        '{"scale": 1e400, "content": "%s"}',
+    ],
+    ids=["integer-beyond-64-bits", "float-beyond-double"],
+)
+def test_trim_args_never_changes_a_value_it_keeps(arguments: str) -> None:
+    """Numbers the fast JSON parser would read inexactly (or not at all) are no reason
+    to rewrite them: such arguments stay whole, still valid JSON."""
+    long_value = "\\n".join(f"line {i} of the new file" for i in range(300))
+    wire = _script_request("x")
+    original = arguments % long_value
+    wire["messages"][2]["tool_calls"][0]["function"]["arguments"] = original
+    engine = make_engine(pipeline={**FORCE, "order": ["trim_args"], "keep_newest_calls": 1})
+    res = engine.condense(wire)
+    sent = res.request["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(sent) == json.loads(original)
+
+
 # -- suppress and keep-percent selection ------------------------------------------------
 
 

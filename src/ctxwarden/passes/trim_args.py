@@ -5,12 +5,15 @@ its effect is visible in later outputs. Each string value longer than
 ``max_value_chars`` keeps ``head_lines`` and ``tail_lines`` and every error line (a
 script that prints ``Error: ...``) around a note with the reference to the exact
 original arguments. The result stays valid JSON (non-JSON arguments are trimmed as
-one string). That every error line survives is checked where every replacement is,
-when the condenser commits it.
+one string), and every value it keeps is kept exactly: arguments the fast parser
+cannot read exactly (an integer beyond 64 bits, ``1e400``) are left whole. That every
+error line survives is checked where every replacement is, when the condenser
+commits it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +42,15 @@ def trim_value(value: str, ref: str, config: TrimArgsConfig) -> str:
     hidden = len(middle) - len(errors)
     note = f"...[ctxwarden: {hidden:,} more lines in {ref}]"
     return "\n".join([*lines[:head], note, *errors, *(lines[len(lines) - tail :] if tail else [])])
+
+
+def _exact(arguments: str) -> Any:
+    """``arguments`` read by the standard library, which keeps every number exactly
+    (``None`` when it is not JSON)."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return None
 
 
 def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
@@ -77,8 +89,10 @@ class TrimArgsPass:
             parsed = orjson.loads(arguments)
         except orjson.JSONDecodeError:
             parsed = None
-            if len(arguments) > self.config.max_value_chars:
+            if len(arguments) > self.config.max_value_chars and _exact(arguments) is None:
                 result = trim_value(arguments, ref, self.config)
+        if parsed is not None and _exact(arguments) != parsed:
+            parsed = None  # read inexactly (a huge integer became a float): left whole
         if parsed is not None:
             trimmed, changed = _trim(parsed, ref, self.config)
             if changed:
