@@ -377,3 +377,29 @@ def test_a_note_pointing_to_an_output_that_changed_is_not_reapplied() -> None:
     assert "dedupe" not in res2.report["transforms"]
     assert error in orjson.dumps(res2.request).decode()
     check_invariants(engine, second, res2.request)
+
+
+def test_a_name_only_the_agents_condensable_prose_shows_stays_in_the_mentions() -> None:
+    """A placeholder leaves out of its mentions only what never-condensed text shows:
+    the agent's prose that names the same function is summarized in the same step, so
+    the name must stay in the placeholder (DESIGN: no string of a masked output leaves
+    the request)."""
+    prose = (
+        "I will look at the hashing code first. "
+        + " ".join(f"Then I check step {i} of the plan carefully." for i in range(12))
+        + " The bug is probably in compute_checksum_v2 which the loader calls."
+    )
+    out = "\n".join(
+        f"utils/hashing_helpers.py:{10 + i}: value_{i} = compute_checksum_v2(block_{i})"
+        for i in range(40)
+    )
+    wire = request(
+        call("c1", "grep -rn checksum utils", text=prose),
+        result("c1", out),
+        call("c2", "ls"),
+        result("c2", "a.py"),
+    )
+    res = make_engine("balanced", FORCE).condense(wire, session="s")
+    sent = res.request["messages"]
+    assert sent[2]["content"] != prose and sent[3]["content"] != out  # both condensed
+    assert "compute_checksum_v2" in sent[3]["content"]

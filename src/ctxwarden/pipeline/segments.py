@@ -14,7 +14,7 @@ from ctxwarden.pipeline.presets import PipelineConfig
 from ctxwarden.signals import command_of, distinctive_set, paths_in
 from ctxwarden.tokens.counter import TokenCounter
 
-__all__ = ["SegmentCache", "SegmentView", "segment_view"]
+__all__ = ["SegmentCache", "SegmentView", "never_condensed", "segment_view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,9 @@ class SegmentView:
     recent: frozenset[Path]
     relevant: frozenset[Path]
     visible: frozenset[str] = frozenset()
-    """Distinctive strings of the agent's own messages and tool calls."""
+    """Distinctive strings of the agent's own messages and tool calls that no pass of
+    the pipeline will ever condense (see :func:`never_condensed`): a placeholder may
+    leave those out of its mentions, since they stay shown."""
     by_path: dict[Path, Segment] = field(default_factory=dict, compare=False)
     """Every segment by its path (filled from ``segments``)."""
     saved: dict[tuple[Path, str], int] = field(default_factory=dict, compare=False)
@@ -109,7 +111,7 @@ def segment_view(
         cache = None  # without per-message keys a cached walk cannot be matched
     built = _Built([]) if cache is None else cache.take(session, keys or [])
     for i in range(len(built.keys), len(messages)):
-        _walk_message(built, i, messages[i].role, messages[i].parts, counter)
+        _walk_message(built, i, messages[i].role, messages[i].parts, counter, config)
         built.keys.append(keys[i] if keys is not None else "")
     segments = list(built.segments)
     by_path = {s.path: s for s in segments}
@@ -126,15 +128,40 @@ def segment_view(
     return view
 
 
+def never_condensed(segment: Segment, config: PipelineConfig) -> bool:
+    """Whether no pass of ``config`` may ever rewrite ``segment`` (an agent's text or
+    call), judged by its kind and size alone: what it shows stays shown on every later
+    turn. User texts are never condensed; the agent's prose is while ``summarize`` runs
+    and it is large enough; call arguments while ``trim_args`` runs and they hold a
+    value long enough to trim."""
+    if segment.kind == "assistant_text":
+        summarize = config.summarize
+        on = summarize.enabled and "summarize" in config.order
+        return not on or segment.tokens < summarize.min_tokens
+    if segment.kind == "tool_args":
+        trim = config.trim_args
+        on = trim.enabled and "trim_args" in config.order
+        return (
+            not on or segment.tokens < trim.min_tokens or len(segment.text) <= trim.max_value_chars
+        )
+    return segment.kind == "user_text"
+
+
 def _walk_message(
-    built: _Built, i: int, role: str, parts: tuple[Part, ...], counter: TokenCounter
+    built: _Built,
+    i: int,
+    role: str,
+    parts: tuple[Part, ...],
+    counter: TokenCounter,
+    config: PipelineConfig,
 ) -> None:
     for part in parts:
         if isinstance(part, ToolCallPart):
             built.calls[part.call_id] = part
             built.commands.append(command_of(part.arguments))
-            built.visible |= distinctive_set(part.arguments)
-            if part.arguments_path is not None:
+            if part.arguments_path is None:  # not a string: never rewritten
+                built.visible |= distinctive_set(part.arguments)
+            else:
                 _add_segment(
                     built,
                     counter,
@@ -145,6 +172,8 @@ def _walk_message(
                     tool_name=part.name,
                     call_id=part.call_id,
                 )
+                if never_condensed(built.segments[-1], config):
+                    built.visible |= distinctive_set(part.arguments)
         elif isinstance(part, ToolResultPart):
             call = built.calls.get(part.call_id)
             name = call.name if call else ""
@@ -164,9 +193,10 @@ def _walk_message(
                         is_error=part.is_error,
                     )
         elif isinstance(part, TextPart) and role in ("assistant", "user"):
-            built.visible |= distinctive_set(part.text)
             kind: SegmentKind = "assistant_text" if role == "assistant" else "user_text"
             _add_segment(built, counter, kind, part.path, i, part.text)
+            if never_condensed(built.segments[-1], config):
+                built.visible |= distinctive_set(part.text)
 
 
 def _add_segment(
