@@ -64,6 +64,20 @@ def _content_parts(
     return tuple(parts)
 
 
+def _other_call(call: dict[str, Any], call_id: str, kind: Any, path: Path) -> Part:
+    """A call of another type (``custom``: ``{"custom": {"name", "input"}}``): a call
+    whose id its result answers, never rewritten (no arguments path); opaque when it
+    names no tool."""
+    body = call.get(kind) if isinstance(kind, str) else None
+    if isinstance(body, dict) and isinstance(body.get("name"), str):
+        raw = body.get("input", "")
+        arguments = raw if isinstance(raw, str) else _json(raw)
+        return ToolCallPart(
+            call_id=call_id, name=body["name"], arguments=arguments, path=path, arguments_path=None
+        )
+    return OpaquePart(wire_type=str(kind), path=path, raw_json=_json(call))
+
+
 def _tool_calls(value: Any, path: Path) -> list[Part]:
     calls: list[Part] = []
     for j, item in enumerate(expect(value, list, path)):
@@ -71,10 +85,9 @@ def _tool_calls(value: Any, path: Path) -> list[Part]:
         call = expect_object(item, item_path)
         call_id = expect(call.get("id"), str, (*item_path, "id"))
         function = call.get("function")
-        if call.get("type", "function") != "function" or function is None:
-            calls.append(
-                OpaquePart(wire_type=str(call.get("type")), path=item_path, raw_json=_json(call))
-            )
+        kind = call.get("type", "function")
+        if kind != "function" or function is None:
+            calls.append(_other_call(call, call_id, kind, item_path))
             continue
         fn = expect_object(function, (*item_path, "function"))
         name = expect(fn.get("name"), str, (*item_path, "function", "name"))

@@ -172,7 +172,14 @@ def parse(wire: Any) -> Conversation:
         messages_key="input",
         item_hashes=hashes,
     )
-    check_pairing(conversation, allow_unknown_results=previous is not None)
+    # outputs may answer calls held upstream: a previous response, a stored conversation,
+    # or items sent by reference
+    upstream = (
+        previous is not None
+        or body.get("conversation") is not None
+        or any(m.item_type == "item_reference" for m in messages)
+    )
+    check_pairing(conversation, allow_unknown_results=upstream)
     return conversation
 
 
