@@ -28,7 +28,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as session,
         session.post(url, data=body, headers=headers or AUTH) as resp,
@@ -97,14 +97,40 @@ async def test_malformed_json_is_400_naming_the_path(proxy: Proxy) -> None:
     assert len(proxy.fake.received) == 0  # nothing malformed went upstream
 
 
-async def test_body_too_large_is_413(make_proxy: ProxyFactory) -> None:
+async def test_condensed_body_past_the_cap_is_forwarded_untouched(
+    make_proxy: ProxyFactory,
+) -> None:
     async with make_proxy(max_body_bytes=10_000) as proxy:
-        big = {**CHAT, "messages": [{"role": "user", "content": "x" * 20_000}]}
-        status, body = await _post(proxy.openai_url + "/chat/completions", orjson.dumps(big))
-        assert status == 413 and "10000 bytes" in body["error"]["message"]
-        status, _ = await _post(proxy.openai_url + "/files", b"y" * 20_000)
-        assert status == 413
-        assert proxy.fake.received == []
+        big = {**CHAT, "messages": [{"role": "user", "content": "x " * 10_000}]}
+        raw = orjson.dumps(big, option=orjson.OPT_INDENT_2)  # any re-serialization would show
+
+        async def chunks() -> Any:  # no Content-Length: the cap is found while reading
+            for i in range(0, len(raw), 3_000):
+                yield raw[i : i + 3_000]
+
+        for body in (raw, chunks()):
+            status, answer = await _post(proxy.openai_url + "/chat/completions", body)
+            assert status == 200 and answer["choices"][0]["message"]["content"]
+            assert proxy.fake.received[-1].body == raw
+            event = proxy.recorder.last(route="chat")
+            assert event["fallback_reason"] == "limit: body over 10000 bytes"
+            assert event["mode"] == "exact" and event["bytes_before"] == len(raw)
+
+
+async def test_json_only_the_stdlib_reads_is_forwarded_as_sent(proxy: Proxy) -> None:
+    # a lone surrogate escape: valid JSON (JS clients send it), but orjson refuses it
+    raw = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "a \\ud83d b"}]}'
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(raw)
+    status, body = await _post(proxy.openai_url + "/chat/completions", raw)
+    assert status == 200 and body["choices"][0]["message"]["content"]
+    assert proxy.fake.received[-1].body == raw
+    event = proxy.recorder.last(route="chat")
+    assert event["fallback_reason"].startswith("proxy: JSON only the stdlib parser reads")
+    assert event["status"] == 200
+    status, body = await _post(proxy.openai_url + "/chat/completions", b'["\\ud83d"]')
+    assert status == 400 and "not valid JSON" in body["error"]["message"]
+    assert len(proxy.fake.received) == 1
 
 
 async def test_client_disconnect_mid_stream_cancels_upstream(proxy: Proxy) -> None:
@@ -175,7 +201,7 @@ async def test_burst_of_bad_requests_then_a_good_one(make_proxy: ProxyFactory) -
         url = proxy.openai_url + "/chat/completions"
         bad: list[bytes] = [b"", b"{", b"null", b"[]", b'{"messages": 5}', b"\xff\xfe",
                             orjson.dumps({"model": 1, "messages": [{"role": None}]}),
-                            b"x" * 60_000, orjson.dumps({"model": "m", "input": [{}]})]  # fmt: skip
+                            orjson.dumps({"model": "m", "input": [{}]})]  # fmt: skip
         results = await asyncio.gather(*(_post(url, b) for b in bad * 5))
         assert all(400 <= status < 500 for status, _ in results)
         status, body = await _post(url, orjson.dumps(CHAT))

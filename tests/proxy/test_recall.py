@@ -176,3 +176,82 @@ async def test_recall_next_to_a_client_tool_call_is_stripped_not_answered(proxy:
         assert [c.function.name for c in choice.message.tool_calls] == ["read"]
         assert choice.finish_reason == "tool_calls"
     assert proxy.recorder.last(route="chat").get("recall_rounds") == 0
+
+
+async def test_responses_stream_answers_with_the_final_rounds_id(proxy: Proxy) -> None:
+    ref = _store(proxy)
+    async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as c:
+        for stream in (False, True):
+            _script_recall(proxy, ref)
+            if stream:
+                async with c.responses.stream(model="gpt-4o", input=_placeholder(ref)) as s:
+                    events = [e async for e in s]
+                    response = await s.get_final_response()
+                created = [e for e in events if e.type == "response.created"]
+                assert [e.response.id for e in created] == [response.id]
+            else:
+                response = await c.responses.create(model="gpt-4o", input=_placeholder(ref))
+            # each fake reply has the next id: the last request got the final round's
+            assert response.id == f"resp_fake{len(proxy.fake.received)}"
+            assert response.output_text == FINAL
+        # a round that showed text before calling recall was announced: its id stays,
+        # since clients (the SDK checks) need one id on every lifecycle event
+        call = ToolCall(RECALL_TOOL_NAME, {"ref": ref}, "call_r")
+        proxy.fake.script(Reply(text="Let me look.", tool_calls=[call]), Reply(text=FINAL))
+        async with c.responses.stream(model="gpt-4o", input=_placeholder(ref)) as s:
+            response = await s.get_final_response()
+        assert response.id == f"resp_fake{len(proxy.fake.received) - 1}"
+        assert "Let me look." in response.output_text and FINAL in response.output_text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_failed_continuation_is_an_error_not_an_empty_answer(
+    proxy: Proxy, stream: bool
+) -> None:
+    ref = _store(proxy)
+    call = ToolCall(RECALL_TOOL_NAME, {"ref": ref}, "call_r")
+    proxy.fake.script(Reply(text="", tool_calls=[call]), Reply(status=429, error="slow down"))
+    if stream:  # the stream had started: the SDK raises the error event
+        with pytest.raises(openai.APIError, match="slow down"):
+            await _chat(proxy, ref, stream=True)
+    else:  # nothing was sent yet: the upstream's status and body, as the first round's
+        with pytest.raises(openai.RateLimitError) as raised:
+            await _chat(proxy, ref, stream=False)
+        assert raised.value.status_code == 429
+    event = proxy.recorder.last(route="chat")
+    assert event["upstream_status"] == 429 and event["recall_rounds"] == 1
+    assert event["status"] == (200 if stream else 429)
+    proxy.fake.script(Reply(text="", tool_calls=[call]), Reply(status=529, error="overloaded"))
+    messages = [{"role": "user", "content": _placeholder(ref)}]
+    async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as a:
+        with pytest.raises(anthropic.APIStatusError, match="overloaded") as failed:
+            if stream:
+                async with a.messages.stream(model="claude-x", max_tokens=64,
+                                             messages=messages) as s:  # fmt: skip
+                    await s.get_final_message()
+            else:
+                await a.messages.create(model="claude-x", max_tokens=64, messages=messages)
+    if not stream:
+        assert failed.value.status_code == 529
+
+
+async def test_no_recall_tool_when_chat_asks_for_several_choices(proxy: Proxy) -> None:
+    ref = _store(proxy)
+    await _chat(proxy, ref, stream=False, n=2)
+    assert "tools" not in proxy.fake.received[-1].json()
+    await _chat(proxy, ref, stream=False, n=1)
+    assert proxy.fake.received[-1].json()["tools"][-1]["function"]["name"] == RECALL_TOOL_NAME
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_usage_is_summed_over_recall_rounds(proxy: Proxy, stream: bool) -> None:
+    ref = _store(proxy)
+    call = ToolCall(RECALL_TOOL_NAME, {"ref": ref}, "call_r")
+    proxy.fake.script(
+        Reply(text="", tool_calls=[call], prompt_tokens=1000, completion_tokens=10),
+        Reply(text=FINAL, prompt_tokens=1100, completion_tokens=20),
+    )
+    extra = {"stream_options": {"include_usage": True}} if stream else {}
+    await _chat(proxy, ref, stream=stream, **extra)
+    event = proxy.recorder.last(route="chat")
+    assert event["usage_prompt_tokens"] == 2100 and event["usage_completion_tokens"] == 30

@@ -74,6 +74,8 @@ def build_app(
         kill_switch=kill_switch or KillSwitch(),
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxwarden-engine"),
     )
+    # Handlers read bodies from the stream themselves (the API routes have no cap, or
+    # forward past it): ``client_max_size`` bounds only ``request.read()`` (admin).
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[STATE] = state
     app.cleanup_ctx.append(_lifecycle)

@@ -56,8 +56,10 @@ def _append_named_tool(request: dict[str, Any], spec: dict[str, Any]) -> dict[st
 
 class ChatDialect:
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Not with ``n`` > 1: recall calls would come per choice, and the loop can
+        answer one assistant message only (the client would see the calls)."""
         tools = _tools(request)
-        if tools is None or "functions" in request:
+        if tools is None or "functions" in request or request.get("n") not in (None, 1):
             return None
         for tool in tools:
             fn = tool.get("function") if isinstance(tool, dict) else None

@@ -1,18 +1,24 @@
 """Request handlers: the three condensed routes and the pass-through for the rest.
 
-The path of a condensed request: read the body (413 past the cap) -> decide the
-mode (:mod:`ctxwarden.proxy.rollout`) -> exact: forward the original bytes ->
-otherwise parse (400 naming the JSON path when malformed), condense on the engine
-thread, send the rewrite in active mode or the original bytes in shadow / canary-out
-/ fallback -> offer the recall tool when the outgoing request holds references ->
-relay. Any failure of ctxwarden itself sends the original bytes; only the upstream
-decides whether a request fails.
+The pass-through streams the request body upstream as it arrives: no size cap, never
+held whole (file uploads can be far larger than anything worth condensing).
+
+The path of a condensed request: read the body up to ``max_body_bytes`` (past it,
+the bytes read so far and the rest of the stream are forwarded untouched) -> decide
+the mode (:mod:`ctxwarden.proxy.rollout`) -> exact: forward the original bytes ->
+otherwise parse (400 naming the JSON path when malformed; JSON that only the stdlib
+parser accepts, such as a lone surrogate escape, is forwarded as sent), condense on
+the engine thread, send the rewrite in active mode or the original bytes in shadow /
+canary-out / fallback -> offer the recall tool when the outgoing request holds
+references -> relay. Any failure of ctxwarden itself sends the original bytes; only
+the upstream decides whether a request fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 from typing import Any
 
@@ -28,7 +34,7 @@ from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
 from ctxwarden.proxy.rollout import decide, header_mode
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
 from ctxwarden.proxy.state import STATE, ProxyState, RequestRecord
-from ctxwarden.proxy.upstream import UpstreamTimeout, UpstreamUnavailable
+from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 __all__ = ["handle_condensed", "handle_forward"]
 
@@ -50,15 +56,72 @@ def _upstream_url(state: ProxyState, family: Family, request: web.Request) -> st
     return origin.rstrip("/") + request.raw_path
 
 
-async def _read_body(request: web.Request, state: ProxyState) -> bytes | None:
-    """The body, or ``None`` when it exceeds the cap."""
-    cap = state.settings.max_body_bytes
+_UNREADABLE = "request body could not be read (bad Content-Encoding or cut off)"
+
+
+class _BodyStream:
+    """A request body as an async iterable: ``head`` (bytes already read), then the
+    rest of the client's stream; counts the bytes it hands out in ``sent`` and notes
+    in ``unreadable`` that the client's body failed (the upload then fails)."""
+
+    def __init__(self, request: web.Request, head: bytes = b"") -> None:
+        self._content = request.content
+        self._head = head
+        self.sent = 0
+        self.unreadable = False
+
+    def __aiter__(self) -> _BodyStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk, self._head = self._head, b""
+        if not chunk:
+            try:
+                chunk = await self._content.readany()
+            except web.RequestPayloadError:
+                self.unreadable = True
+                raise
+        if not chunk:
+            raise StopAsyncIteration
+        self.sent += len(chunk)
+        return chunk
+
+
+async def _read_capped(request: web.Request, cap: int) -> tuple[bytes, bool]:
+    """``(body, True)`` for a body of at most ``cap`` bytes; ``(head, False)`` past
+    the cap, where ``head`` is what was read and the rest is still unread. Raises
+    ``web.RequestPayloadError`` when the client's body cannot be decoded."""
     if request.content_length is not None and request.content_length > cap:
-        return None
+        return b"", False
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await request.content.readany():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            return b"".join(parts), False
+    return b"".join(parts), True
+
+
+async def _stream_through(
+    ex: Exchange, record: RequestRecord, family: Family, head: bytes = b""
+) -> web.StreamResponse:
+    """Forward the client's body untouched and streamed (``head`` was read already);
+    400 when the client's body itself fails, not the upstream."""
+    request = ex.request
+    if not head and not request.can_read_body:
+        record.set(bytes_before=0, bytes_after=0)
+        return await relay(ex, None, record)
+    stream = _BodyStream(request, head)
+    length = None if ex.decoded else request.content_length
     try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return None
+        return await relay(ex, stream, record, length)
+    except UpstreamError:
+        if not stream.unreadable:
+            raise
+        return await _unreadable(family)
+    finally:
+        record.set(bytes_before=stream.sent, bytes_after=stream.sent)
 
 
 async def _run(
@@ -92,22 +155,20 @@ async def _run(
 
 
 async def handle_forward(request: web.Request) -> web.StreamResponse:
-    """Every path that is not condensed: forwarded unchanged (bytes in, bytes out)."""
+    """Every path that is not condensed: forwarded unchanged and streamed, any size."""
     state = request.app[STATE]
     family = family_for(request.path, request.headers)
     record = RequestRecord(route_label(request.path), request.method)
-    body = await _read_body(request, state)
-    if body is None:
-        record.set(fallback_reason=None)
-        return await _run(request, record, family, _too_large(family, state))
     ex = Exchange(state, request, _upstream_url(state, family, request))
-    record.set(bytes_before=len(body), bytes_after=len(body))
-    return await _run(request, record, family, relay(ex, body or None, record))
+    return await _run(request, record, family, _stream_through(ex, record, family))
 
 
-async def _too_large(family: Family, state: ProxyState) -> web.Response:
-    limit = state.settings.max_body_bytes
-    return _error(family, 413, f"request body exceeds the proxy limit of {limit} bytes")
+async def _unreadable(family: Family) -> web.Response:
+    """400 for a body the client sent broken; the connection is not reused (the
+    rest of that body is still in it)."""
+    response = _error(family, 400, _UNREADABLE)
+    response.force_close()
+    return response
 
 
 async def handle_condensed(request: web.Request) -> web.StreamResponse:
@@ -116,9 +177,15 @@ async def handle_condensed(request: web.Request) -> web.StreamResponse:
     api, route = CONDENSED_ROUTES[request.path]
     family = family_for(request.path, request.headers)
     record = RequestRecord(route, request.method)
-    body = await _read_body(request, state)
-    if body is None:
-        return await _run(request, record, family, _too_large(family, state))
+    cap = state.settings.max_body_bytes
+    try:
+        body, complete = await _read_capped(request, cap)
+    except web.RequestPayloadError:
+        return await _run(request, record, family, _unreadable(family))
+    if not complete:
+        ex = Exchange(state, request, _upstream_url(state, family, request))
+        record.set(api=api, fallback_reason=f"limit: body over {cap} bytes", fallbacks=1)
+        return await _run(request, record, family, _stream_through(ex, record, family, body))
     return await _run(
         request, record, family, _condensed(request, state, api, family, body, record)
     )
@@ -141,7 +208,10 @@ async def _condensed(
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return _error(family, 400, f"request body is not valid JSON: {exc}", param="")
+        if not await _stdlib_parses_object(body):
+            return _error(family, 400, f"request body is not valid JSON: {exc}", param="")
+        record.set(fallback_reason=_STDLIB_ONLY, fallbacks=1)
+        return await relay(ex, body, record)
     if not isinstance(parsed, dict):
         return _error(family, 400, "request body must be a JSON object at /", param="")
     tenant = state.tenants.for_headers(request.headers)
@@ -181,6 +251,27 @@ async def _condensed(
             data = orjson.dumps(injected)
             return await relay_with_recall(ex, api, injected, data, tenant, record, stream)
     return await relay(ex, out, record)
+
+
+_STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"
+_INLINE_PARSE_BYTES = 256 * 1024
+
+
+async def _stdlib_parses_object(body: bytes) -> bool:
+    """Whether Python's ``json`` reads ``body`` as an object where orjson refused it
+    (lone surrogate escapes, which JS clients produce; integers past 64 bits). Such
+    a request is valid for the upstream: it is forwarded as sent, never condensed
+    (orjson cannot write those strings back). Large bodies are parsed off-loop."""
+
+    def parses() -> bool:
+        try:
+            return isinstance(json.loads(body), dict)
+        except (ValueError, RecursionError):
+            return False
+
+    if len(body) <= _INLINE_PARSE_BYTES:
+        return parses()
+    return await asyncio.to_thread(parses)
 
 
 def _condense_sync(

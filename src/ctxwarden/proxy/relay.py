@@ -3,13 +3,22 @@
 Contract:
 
 - Plain relay: a non-SSE body is read whole (bounded by the upstream) and returned
-  with the upstream status and headers, 4xx/5xx unchanged; an SSE body is written
-  to the client chunk by chunk as it arrives, never buffered. Usage is sniffed from
-  events on the side, without delaying them.
+  with the upstream status and headers, 4xx/5xx unchanged (a ``HEAD`` answer keeps
+  the upstream ``Content-Length``); an SSE body is written to the client chunk by
+  chunk as it arrives, never buffered. Usage is sniffed from events on the side,
+  without delaying them.
 - Recall loop: see :mod:`ctxwarden.proxy.recall`. Non-streamed answers are read,
   recall calls answered and continuations sent until the model answers without the
   tool (or the round limit is hit, in which case recall calls are stripped). Streams
-  go through a :class:`~ctxwarden.proxy.stream_filters.StreamFilter`.
+  go through a :class:`~ctxwarden.proxy.stream_filters.StreamFilter`. Usage is
+  summed over the rounds (each round is billed).
+- A failure nobody has seen yet passes through: a continuation the upstream refuses
+  (429, 529, ...) before anything was sent answers with that status and body, as the
+  first round would. Once a response has started, it cannot be turned into an error:
+  a stream the upstream cuts off, stalls past the read timeout or refuses to
+  continue ends with an error event in the API's shape where the stream is at an
+  event boundary (recall streams), and then the client connection is ABORTED, never
+  ended cleanly, so no client takes a truncated answer for a complete one.
 - A client that disconnects raises out of ``write`` (or cancels the handler); the
   upstream response is then closed, which aborts the upstream request.
 """
@@ -30,13 +39,28 @@ from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
 from ctxwarden.proxy.sse import SSESplitter, Usage
 from ctxwarden.proxy.state import ProxyState, RequestRecord
 from ctxwarden.proxy.stream_filters import FILTERS, StreamFilter
-from ctxwarden.proxy.upstream import UpstreamError, response_headers, translate_read_error
+from ctxwarden.proxy.upstream import (
+    Body,
+    UpstreamError,
+    UpstreamTimeout,
+    response_headers,
+    translate_read_error,
+)
 
-__all__ = ["ClientGone", "Exchange", "relay", "relay_with_recall"]
+__all__ = ["ClientGone", "Exchange", "body_was_decoded", "relay", "relay_with_recall"]
 
 
 class ClientGone(Exception):
     """The client disconnected while we were writing to it."""
+
+
+def body_was_decoded(request: web.Request) -> bool:
+    """Whether aiohttp's server content-decoded the request body (gzip, deflate, ...).
+
+    The parser decodes exactly the codings it records on the message, so the body
+    the handler reads is no longer what ``Content-Encoding`` describes.
+    """
+    return request._message.compression is not None
 
 
 class Exchange:
@@ -46,9 +70,14 @@ class Exchange:
         self.state = state
         self.request = request
         self.url = url
+        self.decoded = body_was_decoded(request)
 
-    def open(self, body: bytes | None) -> Any:
-        return self.state.client.open(self.request.method, self.url, self.request.headers, body)
+    def open(self, body: Body, length: int | None = None) -> Any:
+        """The upstream request (an async context manager, see ``Upstream.open``)."""
+        return self.state.client.open(
+            self.request.method, self.url, self.request.headers, body,
+            decoded=self.decoded, length=length,
+        )  # fmt: skip
 
 
 def _is_sse(response: aiohttp.ClientResponse) -> bool:
@@ -64,10 +93,33 @@ async def _write(out: web.StreamResponse, data: bytes) -> None:
         raise ClientGone() from exc
 
 
-async def relay(ex: Exchange, body: bytes | None, record: RequestRecord) -> web.StreamResponse:
-    """Send ``body`` and relay the answer (see module contract)."""
+def _abort(request: web.Request) -> None:
+    """Cut the client connection of a started response without ending it.
+
+    No final chunk is sent, so the client's HTTP library sees an incomplete body and
+    raises; aiohttp's own attempt to end the response then meets a closed transport.
+    """
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+def _plain_headers(request: web.Request, upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
+    """Headers for a whole (non-SSE) answer; ``HEAD`` keeps the upstream length."""
+    headers = response_headers(upstream.headers)
+    length = upstream.headers.get("Content-Length")
+    if request.method == "HEAD" and length and "Content-Encoding" not in upstream.headers:
+        headers["Content-Length"] = length
+    return headers
+
+
+async def relay(
+    ex: Exchange, body: Body, record: RequestRecord, length: int | None = None
+) -> web.StreamResponse:
+    """Send ``body`` (``length``: see ``Upstream.open``) and relay the answer (see
+    module contract)."""
     started = time.perf_counter()
-    async with ex.open(body) as upstream:
+    async with ex.open(body, length) as upstream:
         record.headers_in(time.perf_counter() - started)
         record.set(upstream_status=upstream.status)
         if not _is_sse(upstream):
@@ -75,7 +127,7 @@ async def relay(ex: Exchange, body: bytes | None, record: RequestRecord) -> web.
             record.add_upstream(time.perf_counter() - started)
             if upstream.content_type == "application/json" and b'"usage"' in data:
                 record.usage.observe(_loads(data))
-            headers = response_headers(upstream.headers)
+            headers = _plain_headers(ex.request, upstream)
             return web.Response(body=data, status=upstream.status, headers=headers)
         out = web.StreamResponse(status=upstream.status, headers=response_headers(upstream.headers))
         await out.prepare(ex.request)
@@ -88,6 +140,9 @@ async def relay(ex: Exchange, body: bytes | None, record: RequestRecord) -> web.
                         record.usage.observe(event.json())
         except (aiohttp.ClientError, TimeoutError) as exc:
             record.set(error_type=type(translate_read_error(exc)).__name__)
+            record.add_upstream(time.perf_counter() - started)
+            _abort(ex.request)  # mid-event bytes may be out: no error event, only the cut
+            return out
         record.add_upstream(time.perf_counter() - started)
     await out.write_eof()
     return out
@@ -140,37 +195,29 @@ async def relay_with_recall(
     ex: Exchange, api: str, request: dict[str, Any], body: bytes, tenant: str,
     record: RequestRecord, stream: bool,
 ) -> web.StreamResponse:  # fmt: skip
-    """Send ``request`` (tool injected) and run the recall loop (see module contract)."""
+    """Send ``request`` (tool injected) and run the recall loop (see module contract).
+
+    Non-streamed, nothing reaches the client before the last round: an upstream
+    error in any round (a status, or an :class:`UpstreamError` the handler turns
+    into 502/504) is the answer.
+    """
     if stream:
         return await _stream_loop(ex, api, request, body, tenant, record)
     dialect = DIALECTS[api]
     state = ex.state
     rounds = 0
-    last: dict[str, Any] = {}
-    last_headers: CIMultiDict[str] = CIMultiDict()
     while True:
         started = time.perf_counter()
-        try:
-            async with ex.open(body) as upstream:
-                record.headers_in(time.perf_counter() - started)
-                data = await _read(upstream)
-                status, headers = upstream.status, response_headers(upstream.headers)
-        except UpstreamError as exc:
-            if not rounds:
-                raise
-            record.set(error_type=type(exc).__name__)
-            data, status, headers = b"", 599, last_headers
+        async with ex.open(body) as upstream:
+            record.headers_in(time.perf_counter() - started)
+            data = await _read(upstream)
+            status, headers = upstream.status, response_headers(upstream.headers)
         record.add_upstream(time.perf_counter() - started)
-        record.set(recall_rounds=rounds)
+        record.set(upstream_status=status, recall_rounds=rounds)
         obj = _loads(data) if status == 200 else None
         if not isinstance(obj, dict):
-            if rounds:  # a continuation failed: answer with what the last round gave
-                record.set(recall_failed_status=status)
-                return web.Response(body=orjson.dumps(dialect.strip(last)), headers=last_headers)
-            record.set(upstream_status=status)
             return web.Response(body=data, status=status, headers=headers)
-        record.set(upstream_status=status)
-        record.usage.observe(obj)
+        _add_round_usage(record, obj)
         result = dialect.find_calls(obj)
         if not result.calls:
             return web.Response(body=data, status=status, headers=headers)
@@ -179,9 +226,15 @@ async def relay_with_recall(
         answers = await _answer(state, result, tenant, record)
         request = dialect.continuation(request, result, answers)
         body = orjson.dumps(request)
-        last, last_headers = obj, headers
         rounds += 1
         record.set(recall_rounds=rounds)
+
+
+def _add_round_usage(record: RequestRecord, obj: dict[str, Any]) -> None:
+    """Add one round's reported usage to the request's totals."""
+    usage = Usage()
+    usage.observe(obj)
+    usage.round_done(record.usage)
 
 
 async def _stream_loop(
@@ -198,17 +251,16 @@ async def _stream_loop(
         try:
             async with ex.open(body) as upstream:
                 record.headers_in(time.perf_counter() - started)
+                record.set(upstream_status=upstream.status)
                 if upstream.status != 200 or not _is_sse(upstream):
                     data = await _read(upstream)
                     record.add_upstream(time.perf_counter() - started)
                     if out is None:
-                        record.set(upstream_status=upstream.status)
                         headers = response_headers(upstream.headers)
                         return web.Response(body=data, status=upstream.status, headers=headers)
-                    record.set(recall_failed_status=upstream.status)
-                    break
+                    message = f"upstream answered {upstream.status} to a recall continuation"
+                    return await _fail(ex.request, out, flt, upstream.status, data, message)
                 if out is None:
-                    record.set(upstream_status=upstream.status)
                     out = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
                     await out.prepare(ex.request)
                 await _pump(upstream, flt, out, record)
@@ -216,7 +268,9 @@ async def _stream_loop(
             if out is None:
                 raise
             record.set(error_type=type(exc).__name__)
-            break
+            record.add_upstream(time.perf_counter() - started)
+            status = 504 if isinstance(exc, UpstreamTimeout) else 502
+            return await _fail(ex.request, out, flt, status, b"", str(exc))
         record.add_upstream(time.perf_counter() - started)
         result = flt.round_result()
         if not result.calls or result.other_calls or rounds >= state.settings.max_recall_rounds:
@@ -233,10 +287,23 @@ async def _stream_loop(
     return out
 
 
+async def _fail(
+    request: web.Request, out: web.StreamResponse, flt: StreamFilter, status: int,
+    body: bytes, message: str,
+) -> web.StreamResponse:  # fmt: skip
+    """End a started recall stream on an upstream failure: the filter's error event
+    (SDKs raise it), then the abort (see module contract)."""
+    await _write(out, flt.error_event(status, body, message))
+    _abort(request)
+    return out
+
+
 async def _pump(
     upstream: aiohttp.ClientResponse, flt: StreamFilter, out: web.StreamResponse,
     record: RequestRecord,
 ) -> None:  # fmt: skip
+    """Stream one round through ``flt``; raises :class:`UpstreamError` when the
+    upstream body fails (the events written so far end at an event boundary)."""
     splitter = SSESplitter()
     usage = Usage()
     try:
@@ -250,5 +317,6 @@ async def _pump(
         for event in splitter.flush():
             await _write(out, b"".join(flt.process(event)))
     except (aiohttp.ClientError, TimeoutError) as exc:
-        record.set(error_type=type(translate_read_error(exc)).__name__)
-    usage.round_done(record.usage)
+        raise translate_read_error(exc) from exc
+    finally:
+        usage.round_done(record.usage)

@@ -1,7 +1,8 @@
 """Proxy settings: one frozen value, built from CLI flags or ``CTXWARDEN_*`` variables.
 
-Limits bound what a client controls: body bytes (413 past the cap), messages per
-request (past the cap the request is forwarded uncondensed), recall rounds and
+Limits bound what a client controls: body bytes read for condensing (past the cap
+the request is streamed upstream untouched; other routes are never capped), messages
+per request (past the cap the request is forwarded uncondensed), recall rounds and
 calls per round, and recalled bytes per call (truncated with a note).
 """
 

@@ -7,7 +7,8 @@ usage chunk and ``[DONE]``; ``message_delta``/``message_stop``; ``response.compl
 are held until the proxy knows whether another round follows. Across rounds the
 client sees one coherent stream: one opening event, indexes renumbered without gaps,
 and the final events of the last round, with the stop reason patched when recall
-calls were removed.
+calls were removed. When a round fails after the stream started, the filter gives
+the error event the API's SDKs raise on (:meth:`StreamFilter.error_event`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import orjson
 
 from ctxwarden.proxy.recall import RECALL_TOOL_NAME, RecallCall, RoundResult
+from ctxwarden.proxy.shapes import Family, error_body
 from ctxwarden.proxy.sse import SSEEvent, encode_event
 
 __all__ = ["FILTERS", "ChatFilter", "MessagesFilter", "ResponsesFilter", "StreamFilter"]
@@ -24,6 +26,9 @@ __all__ = ["FILTERS", "ChatFilter", "MessagesFilter", "ResponsesFilter", "Stream
 
 class StreamFilter:
     """Base: round bookkeeping shared by the three APIs."""
+
+    family: Family = "openai"
+    error_name: str | None = None  # the SSE event name of a mid-stream error
 
     def __init__(self) -> None:
         self.round = 0
@@ -54,6 +59,23 @@ class StreamFilter:
 
     def _patched(self) -> list[bytes]:
         return self.held
+
+    def error_event(self, status: int, body: bytes, message: str) -> bytes:
+        """The event that ends a failed stream: ``body`` (an upstream error body) when
+        it has the API's error shape, else an error of that shape saying ``message``."""
+        return encode_event(self._error_payload(status, body, message), self.error_name)
+
+    def _error_payload(self, status: int, body: bytes, message: str) -> dict[str, Any]:
+        try:
+            given = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            given = None
+        if isinstance(given, dict) and isinstance(given.get("error"), dict):
+            shaped: dict[str, Any] = given
+            if self.family == "openai" or shaped.get("type") == "error":
+                return shaped
+        made: dict[str, Any] = orjson.loads(error_body(self.family, status, message))
+        return made
 
 
 class ChatFilter(StreamFilter):
@@ -154,6 +176,9 @@ def kept_anything(delta: dict[str, Any]) -> bool:
 
 
 class MessagesFilter(StreamFilter):
+    family = "anthropic"
+    error_name = "error"
+
     def __init__(self) -> None:
         super().__init__()
         self.offset = 0  # next client-visible block index
@@ -243,6 +268,18 @@ class MessagesFilter(StreamFilter):
 
 
 class ResponsesFilter(StreamFilter):
+    """Lifecycle identity: clients (the openai SDK enforces it) need one response id
+    on every lifecycle event, and ``previous_response_id`` must name the LAST round's
+    response, the one that holds the whole turn (an earlier one ends in a recall call
+    nobody answered). So the opening events (``response.created``, ...) are held
+    until the first client-visible event and then sent with the current round's id,
+    which ``response.completed`` repeats: a round that only calls recall is never
+    announced, and the client sees the final round's id, as non-streamed. When a
+    round showed output before calling recall, its id was announced already and is
+    kept (changing it would break the client's stream)."""
+
+    error_name = "error"
+
     def __init__(self) -> None:
         super().__init__()
         self.seq = 0
@@ -251,11 +288,14 @@ class ResponsesFilter(StreamFilter):
         self._map: dict[int, int] = {}
         self._recall: set[int] = set()
         self._final: tuple[str | None, dict[str, Any]] | None = None
-        self.response_id: str | None = None  # the client sees one response identity
+        self._opening: list[tuple[str | None, dict[str, Any]]] = []  # held, this round
+        self._round_id: str | None = None
+        self.response_id: str | None = None  # the id announced to the client
 
     def start_round(self) -> None:
         super().start_round()
         self._map, self._recall, self._final = {}, set(), None
+        self._opening, self._round_id = [], None
 
     def process(self, event: SSEEvent) -> list[bytes]:
         obj = event.json()
@@ -263,10 +303,10 @@ class ResponsesFilter(StreamFilter):
             return [event.raw]
         kind = obj.get("type", "")
         if kind in ("response.created", "response.in_progress", "response.queued"):
-            if self.round:
-                return []
-            self.response_id = self.response_id or (obj.get("response") or {}).get("id")
-            return [self._emit(obj, event.name)]
+            self._round_id = self._round_id or (obj.get("response") or {}).get("id")
+            if self.response_id is None:
+                self._opening.append((event.name, obj))
+            return []
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             self._final = (event.name, obj)
             response = obj.get("response") or {}
@@ -274,7 +314,7 @@ class ResponsesFilter(StreamFilter):
             return []
         index = obj.get("output_index")
         if not isinstance(index, int):
-            return [self._emit(obj, event.name)]
+            return [*self._announce(), self._emit(obj, event.name)]
         if kind == "response.output_item.added":
             item = obj.get("item") or {}
             if item.get("type") == "function_call" and item.get("name") == RECALL_TOOL_NAME:
@@ -286,7 +326,15 @@ class ResponsesFilter(StreamFilter):
             return []
         if kind == "response.output_item.done":
             self.items.append(obj.get("item"))
-        return [self._emit({**obj, "output_index": self._map.get(index, index)}, event.name)]
+        mapped = {**obj, "output_index": self._map.get(index, index)}
+        return [*self._announce(), self._emit(mapped, event.name)]
+
+    def _announce(self) -> list[bytes]:
+        """The held opening events, once, before the first client-visible event."""
+        if self.response_id is not None:
+            return []
+        self.response_id = self._round_id or ""
+        return [self._emit(obj, name) for name, obj in self._opening]
 
     def _emit(self, obj: dict[str, Any], name: str | None) -> bytes:
         if "sequence_number" in obj:
@@ -301,15 +349,26 @@ class ResponsesFilter(StreamFilter):
         return DIALECTS["openai.responses"].find_calls({"output": output})
 
     def _patched(self) -> list[bytes]:
+        """The final event with the announced id; when nothing was announced (no
+        round showed anything), this round's opening events first. Does not mark
+        them announced: :meth:`start_round` computes a fallback ending with this."""
         if self._final is None:
             return []
         name, obj = self._final
         response = dict(obj.get("response") or {})
         if self.round > 0 or self._recall:
             response["output"] = list(self.items)
-        if self.response_id:
+        opening: list[bytes] = []
+        if self.response_id is None:
+            opening = [self._emit(o, n) for n, o in self._opening]
+        elif self.response_id:
             response["id"] = self.response_id
-        return [self._emit({**obj, "response": response}, name)]
+        return [*opening, self._emit({**obj, "response": response}, name)]
+
+    def error_event(self, status: int, body: bytes, message: str) -> bytes:
+        payload = {"type": "error", "sequence_number": 0,
+                   **self._error_payload(status, body, message)}  # fmt: skip
+        return self._emit(payload, self.error_name)
 
 
 def _reparse(raw: bytes) -> SSEEvent:

@@ -6,15 +6,21 @@ Contract:
   ``connect`` (to establish), ``sock_read`` (between bytes, so long streams live) and
   an optional ``total``.
 - Request headers are forwarded untouched except hop-by-hop headers, ``Host``,
-  ``Content-Length`` (recomputed) and the proxy's own ``x-ctxwarden-*``. Credentials
-  pass through as they came and are never logged.
+  ``Content-Length`` (recomputed, or given for a streamed body of known length), the
+  proxy's own ``x-ctxwarden-*`` and ``Accept-Encoding``: the proxy reads and relays
+  decoded bodies, so aiohttp asks only for the codings it can decode (the client's
+  list may name ``br``/``zstd`` that it cannot). ``Content-Encoding`` is dropped too
+  when the proxy's server already decoded the body (it is forwarded decoded).
+  Credentials pass through as they came and are never logged.
+- A request body is ``bytes``, an async iterable of chunks (streamed, never held
+  whole) or ``None``.
 - aiohttp errors are translated where they enter: :class:`UpstreamTimeout` (the
   proxy answers 504) and :class:`UpstreamUnavailable` (502), both ``from`` the cause.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import aiohttp
@@ -24,6 +30,7 @@ from ctxwarden.errors import CtxwardenError
 
 __all__ = [
     "HOP_BY_HOP",
+    "Body",
     "Upstream",
     "UpstreamError",
     "UpstreamTimeout",
@@ -39,7 +46,11 @@ HOP_BY_HOP = frozenset(
         "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
     }
 )  # fmt: skip
+_REQUEST_DROP = HOP_BY_HOP | {"accept-encoding"}
 _RESPONSE_DROP = HOP_BY_HOP | {"content-encoding", "date", "server"}
+
+#: A request body: whole bytes, streamed chunks, or none.
+Body = bytes | AsyncIterable[bytes] | None
 
 
 class UpstreamError(CtxwardenError):
@@ -54,15 +65,26 @@ class UpstreamTimeout(UpstreamError):
     """No response (or no bytes) within the configured timeout (504)."""
 
 
-def request_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
-    """Headers to send upstream (see module contract)."""
+def request_headers(
+    headers: Mapping[str, str], *, decoded: bool = False, length: int | None = None
+) -> CIMultiDict[str]:
+    """Headers to send upstream (see module contract).
+
+    ``decoded``: the body was content-decoded on the way in, so its
+    ``Content-Encoding`` no longer describes it and is dropped. ``length``: the
+    ``Content-Length`` of a streamed body (``None``: aiohttp computes it for bytes,
+    streams go chunked).
+    """
     out: CIMultiDict[str] = CIMultiDict()
-    items = headers.items()
-    for name, value in items:
+    for name, value in headers.items():
         lowered = name.lower()
-        if lowered in HOP_BY_HOP or lowered.startswith("x-ctxwarden-"):
+        if lowered in _REQUEST_DROP or lowered.startswith("x-ctxwarden-"):
+            continue
+        if decoded and lowered == "content-encoding":
             continue
         out.add(name, value)
+    if length is not None:
+        out["Content-Length"] = str(length)
     return out
 
 
@@ -101,16 +123,20 @@ class Upstream:
 
     @asynccontextmanager
     async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        self, method: str, url: str, headers: Mapping[str, str], body: Body, *,
+        decoded: bool = False, length: int | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:  # fmt: skip
         """Send one request; yields the response with headers read, body unread.
 
-        On exit the connection returns to the pool when the body was read fully and
-        is closed otherwise (a cancelled stream must not be reused).
+        ``headers`` are the client's (filtered here, see :func:`request_headers` for
+        ``decoded`` and ``length``). On exit the connection returns to the pool when
+        the body was read fully and is closed otherwise (a cancelled stream must not
+        be reused).
         """
+        sent = request_headers(headers, decoded=decoded, length=length)
         try:
             response = await self.session.request(
-                method, url, headers=request_headers(headers), data=body, allow_redirects=False
+                method, url, headers=sent, data=body, allow_redirects=False
             )
         except TimeoutError as exc:
             raise UpstreamTimeout(f"upstream did not answer within {self._limit()}") from exc

@@ -1,0 +1,183 @@
+"""HTTP wire details: content codings, streamed bodies, HEAD, cut-off streams.
+
+Some cases need an upstream that misbehaves in ways the fake does not script
+(compressing, dying mid-stream): those run a small aiohttp app of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import aiohttp
+import openai
+import orjson
+import pytest
+from aiohttp import web
+
+from ctxwarden.proxy import RunningServer
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+
+CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
+MODELS = {"object": "list", "data": [{"id": "gpt-x", "object": "model"}]}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def _upstream(routes: dict[str, Handler]) -> AsyncIterator[str]:
+    app = web.Application()
+    for path, handler in routes.items():
+        app.router.add_route("*", path, handler)
+    async with RunningServer(app) as server:
+        yield server.url
+
+
+async def _compressing(request: web.Request) -> web.Response:
+    """Answers in the first coding the client lists (servers follow the client's
+    order); its ``br``/``zstd`` bytes are not real, like codings aiohttp lacks."""
+    await request.read()
+    accepted = request.headers.get("Accept-Encoding", "")
+    listed = [c.split(";")[0].strip() for c in accepted.split(",")]
+    coding = next((c for c in listed if c in ("zstd", "br", "gzip")), "identity")
+    payload = orjson.dumps({**MODELS, "accept_encoding": accepted})
+    headers = {"Content-Type": "application/json"}
+    if coding == "gzip":
+        payload = gzip.compress(payload)
+    elif coding != "identity":
+        payload = b"\x28\xb5\x2f\xfd not really " + coding.encode()
+    if coding != "identity":
+        headers["Content-Encoding"] = coding
+    return web.Response(body=payload, headers=headers)
+
+
+async def test_compressed_answers_are_negotiated_by_the_proxy(make_proxy: ProxyFactory) -> None:
+    routes = {"/v1/models": _compressing, "/v1/chat/completions": _compressing}
+    async with (
+        _upstream(routes) as url,
+        make_proxy(openai_upstream=url) as proxy,
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+        for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions")):
+            headers = {**AUTH, "Accept-Encoding": "zstd, br, gzip"}
+            async with session.request(
+                method, proxy.openai_url + path[3:], data=orjson.dumps(CHAT), headers=headers
+            ) as resp:
+                raw = await resp.read()
+                assert resp.status == 200, raw
+                assert "Content-Encoding" not in resp.headers  # relayed decoded
+            body = orjson.loads(raw)
+            assert body["data"] == MODELS["data"]
+            assert "zstd" not in body["accept_encoding"]  # the client's list stayed here
+            assert "gzip" in body["accept_encoding"]  # and the upstream still compressed
+
+
+async def test_gzip_request_bodies_arrive_decoded_and_unlabelled(proxy: Proxy) -> None:
+    raw = orjson.dumps(CHAT)
+    headers = {**AUTH, "Content-Encoding": "gzip"}
+    async with aiohttp.ClientSession() as session:
+        for path, mode in (("/chat/completions", "exact"), ("/chat/completions", "active"),
+                           ("/embeddings", "exact")):  # fmt: skip
+            async with session.post(
+                proxy.openai_url + path, data=gzip.compress(raw),
+                headers={**headers, "x-ctxwarden-mode": mode},
+            ) as resp:  # fmt: skip
+                await resp.read()
+            received = proxy.fake.received[-1]
+            assert received.path == "/v1" + path
+            assert received.body == raw
+            assert "content-encoding" not in {k.lower() for k in received.headers}
+            assert resp.status == (200 if path == "/chat/completions" else 404)
+        for path in ("/chat/completions", "/embeddings"):  # a body that is not gzip at all
+            before = len(proxy.fake.received)
+            async with session.post(
+                proxy.openai_url + path, data=b"not gzip", headers=headers
+            ) as resp:
+                assert resp.status == 400
+                assert "could not be read" in (await resp.json())["error"]["message"]
+            assert len(proxy.fake.received) == before
+
+
+async def test_head_keeps_the_upstream_content_length(proxy: Proxy) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(proxy.openai_url + "/models", headers=AUTH) as resp:
+            length = len(await resp.read())
+        async with session.head(proxy.openai_url + "/models", headers=AUTH) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Length"] == str(length)
+    assert proxy.fake.received[-1].method == "HEAD"
+
+
+async def test_forwarded_routes_stream_bodies_past_the_cap(make_proxy: ProxyFactory) -> None:
+    async with make_proxy(max_body_bytes=10_000) as proxy:
+        upload = bytes(range(256)) * 800  # 200 KiB, 20 times the cap
+        async with aiohttp.ClientSession() as session:
+            async with session.post(proxy.openai_url + "/files", data=upload, headers=AUTH) as r:
+                assert r.status == 404  # the fake's answer: the request went through
+
+            async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: chunked
+                for i in range(0, len(upload), 7_000):
+                    yield upload[i : i + 7_000]
+
+            async with session.post(proxy.openai_url + "/files", data=chunks(), headers=AUTH) as r:
+                assert r.status == 404
+        first, second = proxy.fake.received[-2:]
+        assert first.body == upload and second.body == upload
+        assert first.headers["Content-Length"] == str(len(upload))
+        event = proxy.recorder.last(route="other")
+        assert event["status"] == 404 and event["bytes_before"] == len(upload)
+
+
+def _chunk(delta: dict[str, str]) -> bytes:
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}  # fmt: skip
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+async def _dies_mid_stream(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(_chunk({"role": "assistant", "content": "The answer is "}))
+    await response.write(_chunk({"content": "partial"}))
+    await asyncio.sleep(0.05)
+    assert request.transport is not None
+    request.transport.abort()  # the upstream crashes: no final chunk
+    return response
+
+
+async def _stalls_mid_stream(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(_chunk({"role": "assistant", "content": "The answer is "}))
+    await asyncio.sleep(3)
+    return response
+
+
+@pytest.mark.parametrize("upstream", [_dies_mid_stream, _stalls_mid_stream])
+@pytest.mark.parametrize("recall", [False, True])
+async def test_a_cut_off_stream_fails_for_the_client(
+    make_proxy: ProxyFactory, upstream: Handler, recall: bool
+) -> None:
+    routes = {"/v1/chat/completions": upstream}
+    async with _upstream(routes) as url, make_proxy(openai_upstream=url, read_timeout=0.5) as proxy:
+        # a reference in the request makes the proxy offer recall: the filtered stream path
+        content = "see cw:0123456789ab" if recall else "q"
+        text = ""
+        async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
+                                      max_retries=0) as client:  # fmt: skip
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": content}], stream=True
+            )
+            with pytest.raises(openai.APIError):  # not a clean end of a truncated answer
+                async for chunk in stream:
+                    text += chunk.choices[0].delta.content or ""
+        assert text.startswith("The answer is ")
+        event = proxy.recorder.last(route="chat")
+        assert event.get("recall_injected", False) is recall
+        timeout = upstream is _stalls_mid_stream
+        assert event["error_type"] == ("UpstreamTimeout" if timeout else "UpstreamUnavailable")
