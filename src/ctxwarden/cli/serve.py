@@ -30,7 +30,7 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--canary-percent", "share of sessions condensed in active mode (0-100)", 100.0),
     ("--admin-token", "enables the loopback kill-switch endpoint", None),
     ("--read-timeout", "seconds between upstream bytes before 504", 600.0),
-    ("--max-body-bytes", "request body cap (413 past it)", 32 * 1024 * 1024),
+    ("--max-body-bytes", "largest body condensed (larger: forwarded untouched)", 32 * 1024 * 1024),
     ("--log-level", "debug | info | warning | error", "info"),
 )
 
