@@ -68,7 +68,11 @@ class EngineConfig(_Strict):
     budget: BudgetConfig = BudgetConfig()
     store: StoreConfig = StoreConfig()
     data_dir: str | None = Field(None, description="Default ~/.local/share/ctxwarden.")
-    include_contents_in_report: bool = False
+    include_contents_in_report: bool = Field(
+        False,
+        description="Add the rewritten texts to the report (``contents``: JSON pointer and "
+        "text of each); off by default, so reports and logs hold no message contents.",
+    )
 
 
 def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
@@ -87,6 +91,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("file not found", str(p)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", str(p)) from exc
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", str(p)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read ({exc.strerror})", str(p)) from None
 
 
 def load_config(path: str | Path) -> EngineConfig:

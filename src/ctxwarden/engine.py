@@ -27,12 +27,13 @@ import orjson
 
 from ctxwarden.adapters import get_adapter
 from ctxwarden.config import EngineConfig, Mode, load_config
-from ctxwarden.errors import MalformedRequest, ValidationFailed
+from ctxwarden.errors import MalformedRequest, ValidationFailed, json_pointer
 from ctxwarden.model.classify import classify
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
+from ctxwarden.pipeline.presets import resolve_pipeline
 from ctxwarden.pipeline.validate import validate_rewrite
 from ctxwarden.store import Store, open_store
 from ctxwarden.tokens.budget import Budget, make_budget
@@ -60,7 +61,11 @@ class Engine:
     """Condenses requests for one configuration; one instance serves many sessions."""
 
     def __init__(self, config: EngineConfig | None = None, *, store: Store | None = None) -> None:
+        """Raises :class:`~ctxwarden.errors.ConfigError` naming the key of an invalid
+        preset or pipeline override (checked here, not on the first request, where it
+        would only show as a fallback)."""
         self.config = config or EngineConfig()
+        resolve_pipeline(self.config.preset, self.config.pipeline)
         self.registry = load_registry()
         self._counters: dict[str, TokenCounter] = {}
         self._observed: dict[str, int] = {}
@@ -190,6 +195,11 @@ class Engine:
         if outcome.conversation is not conversation and rendered is not None:
             report["rewritten"] = True
             report["bytes_after"] = _json_size(rendered)
+            if self.config.include_contents_in_report:  # asked for: the texts sent instead
+                report["contents"] = [
+                    {"path": json_pointer(path), "text": text}
+                    for path, text in outcome.conversation.edits()
+                ]
             result_request = rendered
         else:
             report["tokens_after"] = tokens_before

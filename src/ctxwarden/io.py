@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import sys
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,7 +25,9 @@ __all__ = [
 ]
 
 
-def _read_bytes(source: str | Path) -> bytes:
+def read_bytes(source: str | Path) -> bytes:
+    """A file's bytes (``-``: standard input), gunzipped when they are gzip data; a
+    missing, unreadable or broken file is a :class:`ReplayError` naming it."""
     if str(source) == "-":
         return sys.stdin.buffer.read()
     path = Path(source)
@@ -37,18 +40,18 @@ def _read_bytes(source: str | Path) -> bytes:
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise ReplayError(f"{path}: broken gzip data ({exc})") from exc
     return data
 
 
 def load_json(source: str | Path) -> Any:
     """Parse a JSON file; invalid JSON is a :class:`MalformedRequest` at the root."""
-    data = _read_bytes(source)
+    data = read_bytes(source)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise MalformedRequest(f"not JSON ({exc})", ()) from None
+        raise MalformedRequest(f"{source}: not JSON ({exc})", ()) from None
 
 
 def guess_api(request: Any) -> str:

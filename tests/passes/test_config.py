@@ -109,11 +109,11 @@ def test_unknown_preset_is_a_config_error() -> None:
 
 
 def test_engine_reports_bad_pipeline_config_as_config_error() -> None:
-    engine = Engine(
-        EngineConfig(store={"backend": "memory"}, pipeline={"mask": {"min_tokens": -3}})
-    )  # type: ignore[arg-type]
+    """When the engine is made, not on its first request (where it would only show as a
+    fallback of every request)."""
+    config = EngineConfig(store={"backend": "memory"}, pipeline={"mask": {"min_tokens": -3}})  # type: ignore[arg-type]
     with pytest.raises(ConfigError) as info:
-        _ = engine.condenser
+        Engine(config)
     assert info.value.key == "pipeline.mask.min_tokens"
 
 

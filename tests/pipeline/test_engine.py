@@ -403,3 +403,19 @@ def test_a_name_only_the_agents_condensable_prose_shows_stays_in_the_mentions() 
     sent = res.request["messages"]
     assert sent[2]["content"] != prose and sent[3]["content"] != out  # both condensed
     assert "compute_checksum_v2" in sent[3]["content"]
+
+
+def test_report_holds_the_rewritten_texts_only_when_asked() -> None:
+    wire = _bulky_request()
+    quiet = make_engine("balanced", FORCE).condense(wire, session="s")
+    assert quiet.changed and "contents" not in quiet.report
+    res = make_engine("balanced", FORCE, include_contents_in_report=True).condense(
+        wire, session="s"
+    )
+    contents = res.report["contents"]
+    assert contents
+    for entry in contents:
+        node: Any = res.request
+        for key in entry["path"].strip("/").split("/"):
+            node = node[int(key) if key.isdigit() else key]
+        assert node == entry["text"]

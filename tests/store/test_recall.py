@@ -49,7 +49,7 @@ def store_and_ref() -> tuple[MemoryStore, str]:
         ("1", "one"),
         ("2-3", "two\nthree"),
         ("4-100", "four\nfive"),
-        ("6-9", ""),
+        ("5", "five"),
     ],
 )
 def test_recall_text_ranges(
@@ -57,6 +57,14 @@ def test_recall_text_ranges(
 ) -> None:
     store, ref = store_and_ref
     assert recall_text(store, ref, lines, tenant="t") == expected
+
+
+def test_a_range_past_the_end_says_how_many_lines_there_are(
+    store_and_ref: tuple[MemoryStore, str],
+) -> None:
+    store, ref = store_and_ref
+    with pytest.raises(RequestError, match=f"6-9 is past the end: {ref} has 5 lines"):
+        recall_text(store, ref, "6-9", tenant="t")
 
 
 def test_recall_strips_whitespace_around_the_ref(store_and_ref: tuple[MemoryStore, str]) -> None:

@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ctxwarden.config import config_error
 from ctxwarden.io import bundled_sessions
 from ctxwarden.replay.gates import Gates, check_gates, load_gates
 from ctxwarden.replay.report_html import write_html
@@ -45,7 +47,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--gates", metavar="FILE", help="TOML with a [gates] table")
     p.add_argument("--idle-gap", type=float, metavar="S", help="cache expires after S seconds")
     p.add_argument("--turn-seconds", type=float, metavar="S", help="assumed gap between turns")
-    p.add_argument("--max-sessions", type=int, metavar="N", help="replay the first N only")
+    p.add_argument(
+        "--max-sessions", type=_at_least_one, metavar="N", help="replay the first N only"
+    )
     p.add_argument("--worst", type=int, default=8, metavar="N", help="worst sessions shown")
     p.add_argument("--trace-memory", action="store_true", help="tracemalloc peak per condense")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -59,6 +63,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_replay)
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} replays nothing (1 or more)")
+    return value
+
+
 def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
     configs: list[Any] = []
     gates: Gates | None = None
@@ -66,7 +80,10 @@ def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
         config, table = load_engine_config(path)
         configs.append(EngineSubject(Path(path).stem, config))
         if table and gates is None:
-            gates = Gates.model_validate(table)
+            try:
+                gates = Gates.model_validate(table)
+            except ValidationError as exc:
+                raise config_error(exc, "gates") from exc
     configs.extend(f"preset:{name}" for name in args.preset)
     return configs or ["default"], gates
 

@@ -42,6 +42,8 @@ class ProxySettings:
     pool_size: int = 256
 
     def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"{self.port} is not a TCP port (0-65535)", "port")
         if not 0 <= self.canary_percent <= 100:
             raise ConfigError("must be between 0 and 100", "canary_percent")
         if self.mode not in (None, "active", "shadow", "exact"):

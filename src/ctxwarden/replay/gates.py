@@ -83,8 +83,15 @@ def check_gates(result: ReplayResult, gates: Gates) -> list[str]:
             ),
             ("min_cost_saving", gates.min_cost_saving, worst_saving, True),
         ]
+        if not a.get("requests"):
+            if any(limit is not None for _, limit, _, _ in checks):
+                failures.append(f"{subject.name}: gates set but nothing was replayed")
+            continue
         for name, limit, value, is_min in checks:
-            if limit is None or value is None:
+            if limit is None:
+                continue
+            if value is None:
+                failures.append(f"{subject.name}: gate {name} failed: not measured")
                 continue
             if (value < limit) if is_min else (value > limit):
                 sign = ">=" if is_min else "<="

@@ -17,7 +17,6 @@ Inputs (files, or directories searched for them, sorted by name):
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from ctxwarden.errors import ReplayError
-from ctxwarden.io import guess_api, load_session, session_requests
+from ctxwarden.errors import CtxwardenError, ReplayError
+from ctxwarden.io import guess_api, load_session, read_bytes, session_requests
 from ctxwarden.replay.wire import item_role, items_of
 
 __all__ = ["ReplayRequest", "ReplaySession", "expand_paths", "iter_sessions", "read_jsonl"]
@@ -85,9 +84,7 @@ def _ts(value: Any) -> float | None:
 
 def read_jsonl(path: Path) -> list[ReplaySession]:
     """The sessions of one JSONL request log (see module docstring)."""
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+    data = read_bytes(path)
     groups: dict[str, list[tuple[dict[str, Any], str, Any, float | None]]] = {}
     for n, line in enumerate(data.splitlines(), 1):
         if not line.strip():
@@ -138,4 +135,10 @@ def iter_sessions(files: Sequence[Path]) -> Iterator[tuple[int, ReplaySession]]:
             for session in read_jsonl(path):
                 yield index, session
         else:
-            yield index, _from_session_file(path)
+            try:
+                session = _from_session_file(path)
+            except ReplayError:
+                raise
+            except CtxwardenError as exc:  # name the file among hundreds
+                raise ReplayError(f"{path}: {exc}") from exc
+            yield index, session

@@ -12,6 +12,7 @@ Contract of :func:`run_replay`:
 
 from __future__ import annotations
 
+import itertools
 import resource
 import time
 import tracemalloc
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwarden.config import EngineConfig
+from ctxwarden.errors import CtxwardenError, ReplayError
 from ctxwarden.replay.cache import cache_expired, effective_cached, request_cost
 from ctxwarden.replay.inputs import ReplaySession, expand_paths, iter_sessions
 from ctxwarden.replay.integrity import check_integrity
@@ -179,8 +181,12 @@ def run_replay(
     if tracing:
         tracemalloc.start()
     try:
-        for n, (index, session) in enumerate(iter_sessions(files)):
+        sessions = iter_sessions(files)
+        for n in itertools.count():
             if options.max_sessions is not None and n >= options.max_sessions:
+                break  # before the next file is read
+            index, session = next(sessions, (-1, None))
+            if session is None:
                 break
             info = registry.lookup(session.model or _first_model(session))
             if engine is not None:
@@ -188,7 +194,10 @@ def run_replay(
             else:
                 spec = registry.tokenizer_for(info)
                 counter = counters.setdefault(str(spec), TokenCounter(spec))
-            _replay_session(session, subjects, results, counter, info, registry, options)
+            try:
+                _replay_session(session, subjects, results, counter, info, registry, options)
+            except CtxwardenError as exc:  # name the file and session among hundreds
+                raise ReplayError(f"{files[index]}: session {session.id}: {exc}") from exc
             if progress is not None:
                 progress(index + 1, len(files), session.id)
     finally:

@@ -38,4 +38,14 @@ def recall_text(store: Store, ref: str, lines: str | None = None, *, tenant: str
     if window is None:
         return text
     start, end = window
-    return "\n".join(text.split("\n")[start - 1 : end])
+    numbered = text.split("\n")  # numbered as the placeholders number them
+    if start > len(numbered):
+        raise RequestError(
+            f"line range {_lines_spec(start, end)} is past the end: {ref} has {len(numbered)} lines"
+        )
+    return "\n".join(numbered[start - 1 : end])
+
+
+def _lines_spec(start: int, end: int) -> str:
+    """``"A-B"`` (or ``"A"``) for a range."""
+    return str(start) if start == end else f"{start}-{end}"

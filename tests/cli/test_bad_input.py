@@ -1,0 +1,119 @@
+"""Bad input to the CLI: one line naming what and where, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from ctxwarden import ConfigError, Engine, EngineConfig
+from ctxwarden.cli import main
+from ctxwarden.io import bundled_sessions
+
+SESSION = str(bundled_sessions()[0])
+
+
+def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run the CLI; assert exit 2 with one error line and no traceback; the line."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error:" in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"pipeline": {"mask": {"min_tokens": "x"}}}, "pipeline.mask.min_tokens"),
+        ({"preset": "nope"}, "preset"),
+    ],
+)
+def test_an_invalid_pipeline_fails_when_the_engine_is_made(
+    config: dict[str, object], key: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        Engine(EngineConfig.model_validate(config))
+    assert info.value.key == key
+
+
+def test_condense_with_an_invalid_pipeline_key_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[pipeline.mask]\nmin_tokens = "x"\n')
+    line = _fails(
+        capsys, ["condense", SESSION, "--config", str(config), "--data-dir", str(tmp_path)]
+    )
+    assert "pipeline.mask.min_tokens" in line
+
+
+def _broken_gzip(path: Path) -> Path:
+    data = gzip.compress(b'{"messages": []}' * 20)
+    path.write_bytes(data[:10] + b"\xff" * 20 + data[30:])
+    return path
+
+
+@pytest.mark.parametrize("name", ["corrupt.json.gz", "corrupt.jsonl.gz"])
+def test_a_broken_gzip_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    bad = _broken_gzip(tmp_path / name)
+    argv = ["condense", str(bad), "--data-dir", str(tmp_path)]
+    if name.endswith(".jsonl.gz"):
+        argv = ["replay", str(bad), "--quiet"]
+    line = _fails(capsys, argv)
+    assert f"{bad}: broken gzip data" in line
+
+
+def test_a_config_that_is_not_utf8_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "latin1.toml"
+    config.write_bytes(b'mode = "\xff"\n')
+    line = _fails(capsys, ["condense", SESSION, "--config", str(config)])
+    assert f"{config}: not UTF-8 text" in line
+
+
+def test_gates_in_a_replay_config_name_the_bad_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gated.toml"
+    config.write_text('[gates]\nmin_reduction = "abc"\n')
+    line = _fails(capsys, ["replay", SESSION, "--config", str(config), "--quiet"])
+    assert "gates.min_reduction" in line
+
+
+def test_strict_gates_fail_when_nothing_was_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gates = tmp_path / "gates.toml"
+    gates.write_text("[gates]\nmin_reduction = 0.5\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["replay", str(empty), "--strict", "--gates", str(gates), "--quiet"]
+    assert main(argv) == 1
+    assert "nothing was replayed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["replay", SESSION, "--max-sessions", "0", "--quiet"])
+    assert info.value.code == 2
+
+
+def test_a_replay_error_names_the_file_and_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shape = tmp_path / "shape.json"
+    shape.write_text('{"messages": [1, {"role": "assistant", "content": "x"}]}')
+    line = _fails(capsys, ["replay", SESSION, str(shape), "--quiet", "--no-baselines"])
+    assert f"{shape}: " in line and "/messages/0" in line
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    # the limit is reached before the next file is read
+    assert main(["replay", SESSION, str(empty), "--max-sessions", "1", "--quiet"]) == 0
+
+
+def test_serve_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _fails(capsys, ["serve", "--port", "99999"])
+    assert "port" in line and "99999" in line
