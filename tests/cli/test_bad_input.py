@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,23 @@ def test_a_replay_error_names_the_file_and_session(
 def test_serve_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
     line = _fails(capsys, ["serve", "--port", "99999"])
     assert "port" in line and "99999" in line
+
+
+def test_serve_refuses_an_unknown_log_level(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _fails(capsys, ["serve", "--log-level", "bogus"])
+    assert "log_level" in line
+
+
+def test_a_closed_output_pipe_is_not_reported_as_a_failed_gate() -> None:
+    """``ctxwarden replay ... | head``: status 141 (SIGPIPE's), not 1 (a failed gate)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxwarden", "replay", SESSION, "--quiet", "--no-baselines"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before anything is written
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err

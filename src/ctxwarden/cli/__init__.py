@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 gate failed, 2 error)."""
+    """Entry point; returns the exit status (0 ok, 1 gate failed, 2 error, 141 the
+    output pipe was closed, as a shell reports a process ended by SIGPIPE)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return 0
+        return 141
     except OSError as exc:
         print(f"ctxwarden {args.command}: error: {exc}", file=sys.stderr)
         return 2

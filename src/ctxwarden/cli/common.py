@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 import orjson
+from rich.console import Console
 
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.engine import Engine
 
-__all__ = ["add_engine_options", "engine_from_args", "print_json"]
+__all__ = ["CliConsole", "add_engine_options", "engine_from_args", "print_json"]
+
+
+class CliConsole(Console):
+    """A rich console whose closed output pipe (``| head``) raises
+    :class:`BrokenPipeError`, which :func:`ctxwarden.cli.main` ends with status 141
+    (rich itself exits with 1, the status of a failed gate)."""
+
+    def on_broken_pipe(self) -> None:
+        if self.quiet:
+            return
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise BrokenPipeError
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

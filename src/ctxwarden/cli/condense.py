@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
-from ctxwarden.cli.common import add_engine_options, engine_from_args, print_json
+from ctxwarden.cli.common import CliConsole, add_engine_options, engine_from_args, print_json
 from ctxwarden.io import bundled_sessions, guess_api, load_request
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.parts import ToolResultPart
@@ -126,7 +125,7 @@ def _inspect(args: argparse.Namespace) -> int:
             str(row["tokens"]),
             "yes" if row["cache_stable"] else "no (newest)",
         )
-    console = Console()
+    console = CliConsole()
     console.print(table)
     console.print(
         f"tokens {view['tokens']:,} of a {view['context_window']:,} window "
@@ -148,7 +147,7 @@ def _demo(args: argparse.Namespace) -> int:
     engine.close()
     name = Path(args.config).stem if args.config else (args.preset or "default")
     sessions = bundled_sessions()
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = CliConsole(width=None if sys.stdout.isatty() else 160)
     console.print(
         f"ctxwarden demo: {len(sessions)} bundled real sessions (mini-swe-agent, MIT), "
         f"replayed request by request through {', '.join(DEFAULT_BASELINES)} and {name} "

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ctxwarden.cli.common import CliConsole
 from ctxwarden.config import config_error
 from ctxwarden.io import bundled_sessions
 from ctxwarden.replay.gates import Gates, check_gates, load_gates
@@ -88,7 +88,7 @@ def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
     return configs or ["default"], gates
 
 
-def _scenarios(args: argparse.Namespace, console: Console) -> int:
+def _scenarios(args: argparse.Namespace, console: CliConsole) -> int:
     results = run_scenarios(args.scenarios or bundled_scenarios_dir())
     table = Table(title="ctxwarden replay --scenarios")
     for column in ("scenario", "requests", "result"):
@@ -103,7 +103,7 @@ def _scenarios(args: argparse.Namespace, console: Console) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = CliConsole(width=None if sys.stdout.isatty() else 160)
     if args.scenarios is not None:
         return _scenarios(args, console)
     configs, gates = _configs(args)
@@ -125,7 +125,7 @@ def _replay(args: argparse.Namespace) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.description}"),
-        console=Console(stderr=True),
+        console=CliConsole(stderr=True),
         disable=not show,
         transient=True,
     ) as bar:

@@ -98,7 +98,10 @@ def settings_from_args(
         read_timeout=values["--read-timeout"],
         max_body_bytes=values["--max-body-bytes"],
     )
-    return settings, config, str(values["--log-level"])
+    level = str(values["--log-level"]).lower()
+    if level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"{level!r} is not debug, info, warning or error", "log_level")
+    return settings, config, level
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -13,10 +13,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rich.console import Console
 from rich.table import Table
 
-from ctxwarden.cli.common import print_json
+from ctxwarden.cli.common import CliConsole, print_json
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.store import Store, open_store
@@ -91,7 +90,7 @@ def _stats(args: argparse.Namespace) -> int:
     table.add_row("backend", config.store.backend)
     for name in ("artifacts", "bytes", "sessions", "tenants"):
         table.add_row(name, f"{counts[name]:,}")
-    Console().print(table)
+    CliConsole().print(table)
     return 0
 
 
