@@ -139,3 +139,16 @@ def test_a_closed_output_pipe_is_not_reported_as_a_failed_gate() -> None:
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert "Traceback" not in err
+
+
+def test_store_commands_refuse_two_different_stores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``store gc --data-dir X`` with a config naming another store file: refused, so gc
+    never trims a store the user did not mean."""
+    config = tmp_path / "c.toml"
+    config.write_text(f'[store]\npath = "{tmp_path / "a.sqlite3"}"\n')
+    line = _fails(
+        capsys, ["store", "gc", "--config", str(config), "--data-dir", str(tmp_path / "b")]
+    )
+    assert "store.path" in line

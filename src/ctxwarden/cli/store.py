@@ -18,6 +18,7 @@ from rich.table import Table
 from ctxwarden.cli.common import CliConsole, print_json
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
+from ctxwarden.errors import ConfigError
 from ctxwarden.store import Store, open_store
 from ctxwarden.store.recall import recall_text
 
@@ -60,6 +61,13 @@ def _add_store_options(parser: argparse.ArgumentParser) -> None:
 @contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
     config = load_config(args.config) if args.config else EngineConfig()
+    if args.data_dir and config.store.backend == "sqlite" and config.store.path:
+        # which store did the user mean? gc on the wrong one drops live originals
+        raise ConfigError(
+            f"--data-dir {args.data_dir} conflicts with the config's store file "
+            f"{config.store.path}; give one of them",
+            "store.path",
+        )
     store = open_store(config.store, args.data_dir or config.data_dir)
     try:
         yield config, store
