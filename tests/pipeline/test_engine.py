@@ -11,6 +11,7 @@ import pytest
 
 from ctxwarden import Engine, EngineConfig
 from ctxwarden.io import bundled_sessions, load_session, session_requests
+from ctxwarden.signals import distinctive_set
 from ctxwarden.store import MemoryStore, SqliteStore
 from tests.passes.convo import FORCE, call, dumps, lines_of, make_engine, request, result
 from tests.passes.strategies import check_invariants
@@ -419,3 +420,25 @@ def test_report_holds_the_rewritten_texts_only_when_asked() -> None:
         for key in entry["path"].strip("/").split("/"):
             node = node[int(key) if key.isdigit() else key]
         assert node == entry["text"]
+
+
+def test_a_text_repeating_a_tool_output_is_not_a_pointer_to_it() -> None:
+    """Dedupe works within a kind: a user pasting a tool output back keeps the text (a
+    pointer to an output whose placeholder leaves out what that text shows would take
+    every one of those names out of the request)."""
+    out = "\n".join(
+        f"utils/hashing_helpers.py:{10 + i}: value_{i} = compute_checksum_v{i}(block_{i})"
+        for i in range(40)
+    )
+    wire = request(
+        call("c1", "grep -rn checksum utils"),
+        result("c1", out),
+        {"role": "user", "content": out},
+        call("c2", "ls"),
+        result("c2", "a.py"),
+    )
+    res = make_engine("balanced", FORCE).condense(wire, session="s")
+    assert res.request["messages"][3]["content"] != out  # the output is masked
+    assert res.request["messages"][4] == wire["messages"][4]
+    sent = orjson.dumps(res.request).decode()
+    assert all(name in sent for name in distinctive_set(out))

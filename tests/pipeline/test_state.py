@@ -64,3 +64,18 @@ def test_a_state_without_adoption_turns_counts_them_as_the_previous_turn() -> No
     state = SessionState.decode(legacy)
     assert state.turns == 7
     assert state.decisions["/messages/3/content"].adopted == 6
+
+
+def test_a_damaged_witness_is_read_as_none_not_a_lost_session() -> None:
+    """A state another writer damaged must not make every later request fall back."""
+    raw = orjson.dumps(
+        {
+            "v": 1,
+            "decisions": {"/messages/3/content": ["t", "mask", "cw:5f3a9c21e0b4", [], 1]},
+            "witness": {"/messages/3/content": ["only-one"]},
+            "turns": 3,
+        }
+    )
+    state = SessionState.decode(raw)
+    assert state.turns == 3
+    assert state.decisions["/messages/3/content"].witness is None

@@ -23,13 +23,16 @@ class DedupePass:
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
     ) -> dict[Path, Replacement]:
         out: dict[Path, Replacement] = {}
-        first: dict[str, Segment] = {}
+        first: dict[tuple[str, str], Segment] = {}
         for segment in ctx.segments:
             if segment.kind == "tool_args":  # arguments stay valid JSON: not deduped
                 continue
-            earlier = first.get(segment.text)
+            # only against the same kind: a user's or agent's text never becomes a
+            # pointer to a tool output, whose placeholder may leave out what they show
+            key = (segment.kind, segment.text)
+            earlier = first.get(key)
             if earlier is None:
-                first[segment.text] = segment
+                first[key] = segment
                 continue
             if (
                 segment.path not in ctx.eligible

@@ -53,6 +53,18 @@ def _exact(arguments: str) -> Any:
         return None
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of equal types all the way down (``2**64 == 2.0**64`` is true in
+    Python, but the float would be written back as ``1.8446744073709552e+19``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b) or a != a  # NaN is itself here
+
+
 def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
     if isinstance(node, str):
         if len(node) > config.max_value_chars:
@@ -91,7 +103,7 @@ class TrimArgsPass:
             parsed = None
             if len(arguments) > self.config.max_value_chars and _exact(arguments) is None:
                 result = trim_value(arguments, ref, self.config)
-        if parsed is not None and _exact(arguments) != parsed:
+        if parsed is not None and not _same(_exact(arguments), parsed):
             parsed = None  # read inexactly (a huge integer became a float): left whole
         if parsed is not None:
             trimmed, changed = _trim(parsed, ref, self.config)

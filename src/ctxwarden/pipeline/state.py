@@ -96,7 +96,14 @@ class SessionState:
             }
             known = {f.name for f in fields(cls)}  # a newer replica's extra keys are ignored
             return cls(**{k: v for k, v in data.items() if k in known})
-        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError, ValueError):
+        except (
+            orjson.JSONDecodeError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            ValueError,
+            IndexError,
+        ):
             return cls()
 
 
@@ -104,5 +111,5 @@ def _decision(stored: list[Any], adopted: int, witness: list[str] | None) -> Dec
     """A decision from its stored five-element list (text, transform, original ref,
     refs, saved tokens), its adoption turn and its witness."""
     text, transform, original_ref, refs, saved = stored[:5]
-    seen = (str(witness[0]), str(witness[1])) if witness else None
+    seen = (str(witness[0]), str(witness[1])) if witness and len(witness) == 2 else None
     return Decision(text, transform, original_ref, refs, saved, adopted, seen)

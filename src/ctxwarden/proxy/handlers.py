@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -214,6 +215,10 @@ async def _condensed(
         return await relay(ex, body, record)
     if not isinstance(parsed, dict):
         return _error(family, 400, "request body must be a JSON object at /", param="")
+    if _LONG_NUMBER.search(body) and await _has_wide_integer(body):
+        # orjson reads an integer past 64 bits as a float: a rewrite would change it
+        record.set(fallback_reason=_WIDE_INTEGER, fallbacks=1)
+        return await relay(ex, body, record)
     tenant = state.tenants.for_headers(request.headers)
     session = request.headers.get("x-ctxwarden-session") or None
     loop = asyncio.get_running_loop()
@@ -254,6 +259,38 @@ async def _condensed(
 
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"
+_WIDE_INTEGER = "proxy: an integer past 64 bits (forwarded as sent)"
+_LONG_NUMBER = re.compile(rb"\d{19}")
+"""A run of 19 digits: the only way an integer past 64 bits can appear (rarely: the
+body is then read again by the stdlib, which keeps integers exact)."""
+
+
+async def _has_wide_integer(body: bytes) -> bool:
+    """Whether ``body`` holds an integer outside the 64-bit range (read exactly by
+    Python's ``json``; off-loop when large)."""
+
+    def wide(node: Any) -> bool:
+        if isinstance(node, bool):
+            return False
+        if isinstance(node, int):
+            return not -(2**63) <= node < 2**64
+        if isinstance(node, dict):
+            return any(wide(v) for v in node.values())
+        if isinstance(node, list):
+            return any(wide(v) for v in node)
+        return False
+
+    def check() -> bool:
+        try:
+            return wide(json.loads(body))
+        except (ValueError, RecursionError):
+            return False
+
+    if len(body) <= _INLINE_PARSE_BYTES:
+        return check()
+    return await asyncio.get_running_loop().run_in_executor(None, check)
+
+
 _INLINE_PARSE_BYTES = 256 * 1024
 
 
