@@ -23,16 +23,18 @@ class DedupePass:
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
     ) -> dict[Path, Replacement]:
         out: dict[Path, Replacement] = {}
-        first: dict[tuple[str, str], Segment] = {}
+        # only against the same kind: a user's or agent's text never becomes a pointer
+        # to a tool output, whose placeholder may leave out what that text shows
+        first: dict[str, dict[str, Segment]] = {}
         for segment in ctx.segments:
             if segment.kind == "tool_args":  # arguments stay valid JSON: not deduped
                 continue
-            # only against the same kind: a user's or agent's text never becomes a
-            # pointer to a tool output, whose placeholder may leave out what they show
-            key = (segment.kind, segment.text)
-            earlier = first.get(key)
+            seen = first.get(segment.kind)
+            if seen is None:
+                seen = first[segment.kind] = {}
+            earlier = seen.get(segment.text)
             if earlier is None:
-                first[key] = segment
+                seen[segment.text] = segment
                 continue
             if (
                 segment.path not in ctx.eligible
