@@ -105,8 +105,11 @@ def chat_requests(draw: st.DrawFn) -> dict[str, Any]:
             messages.append({"role": "assistant", "content": sentences})
         elif extra == "user":
             messages.append({"role": "user", "content": "Also check the docs please."})
-    ending = draw(st.sampled_from(["user", "tools", "assistant_user"]))
-    if ending == "assistant_user":
+    ending = draw(st.sampled_from(["user", "tools", "assistant_user", "prefill"]))
+    if ending == "prefill":  # the model is to continue this text
+        prefill = " ".join(f"Step {i} of the fix touches part_{i} of app.py." for i in range(40))
+        messages.append({"role": "assistant", "content": prefill})
+    elif ending == "assistant_user":
         messages.append({"role": "assistant", "content": "Summary so far."})
         messages.append({"role": "user", "content": "continue"})
     elif ending == "user":
@@ -170,7 +173,10 @@ def check_invariants(
     before, after = wire["messages"], out["messages"]
     assert len(after) == len(before)
     roles = [m["role"] for m in before]
-    last_assistant = max((i for i, r in enumerate(roles) if r == "assistant"), default=-1)
+    end = len(roles)  # a trailing prefill and the turn it continues stay exact too
+    while end and roles[end - 1] == "assistant":
+        end -= 1
+    last_assistant = max((i for i in range(end) if roles[i] == "assistant"), default=-1)
     first_user = roles.index("user") if "user" in roles else -1
     everything = "\n".join(t for m in after for t in _texts(m.get("content")))
     rewritten = 0
