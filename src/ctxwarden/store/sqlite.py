@@ -143,14 +143,21 @@ class SqliteStore:
                 "SELECT digest, body FROM artifacts WHERE tenant=? AND ref=?", (tenant, ref)
             ).fetchone()
             if row is not None:
-                self._db.execute(
-                    "UPDATE artifacts SET last_used=? WHERE tenant=? AND ref=?",
-                    (time.time(), tenant, ref),
-                )
+                self._touch("UPDATE artifacts SET last_used=? WHERE tenant=? AND ref=?",
+                            (time.time(), tenant, ref))  # fmt: skip
         if row is None:
             raise ArtifactMissing(f"no artifact {ref}")
         digest, body = row
         return verified_text(ref, digest, body)
+
+    def _touch(self, sql: str, params: tuple[object, ...]) -> None:
+        """Refresh last use; a read-only store (a copy, a mounted backup) is still read:
+        only the refresh is skipped there (any other failure still raises)."""
+        try:
+            self._db.execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY":
+                raise
 
     def has(self, tenant: str, ref: str) -> bool:
         with self._lock, _translated("look up an artifact"):
@@ -176,7 +183,7 @@ class SqliteStore:
                         stale.append(ref)
             for part in chunked(stale, _MAX_PARAMS):
                 marks = ",".join("?" * len(part))
-                self._db.execute(
+                self._touch(
                     f"UPDATE artifacts SET last_used=? WHERE tenant=? AND ref IN ({marks})",
                     (now, tenant, *part),
                 )
