@@ -160,7 +160,28 @@ async def handle_forward(request: web.Request) -> web.StreamResponse:
     family = family_for(request.path, request.headers)
     record = RequestRecord(route_label(request.path), request.method)
     ex = Exchange(state, request, _upstream_url(state, family, request))
-    return await _run(request, record, family, _stream_through(ex, record, family))
+    return await _run(request, record, family, _forward_body(ex, record, family))
+
+
+_WHOLE_BODY_BYTES = 1024 * 1024
+"""Forwarded bodies up to this size are read whole and sent as bytes, so the upstream
+client can send them again on a fresh connection when a reused one was just closed
+(it retries idempotent methods; a consumed stream cannot be replayed)."""
+
+
+async def _forward_body(ex: Exchange, record: RequestRecord, family: Family) -> web.StreamResponse:
+    """A forwarded route's body: whole when small, streamed past :data:`_WHOLE_BODY_BYTES`."""
+    request = ex.request
+    if not request.can_read_body:
+        return await _stream_through(ex, record, family)
+    try:
+        head, whole = await _read_capped(request, _WHOLE_BODY_BYTES)
+    except web.RequestPayloadError:
+        return await _unreadable(family)
+    if not whole:
+        return await _stream_through(ex, record, family, head)
+    record.set(bytes_before=len(head), bytes_after=len(head))
+    return await relay(ex, head or None, record)
 
 
 async def _unreadable(family: Family) -> web.Response:

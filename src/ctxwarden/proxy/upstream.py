@@ -46,7 +46,9 @@ HOP_BY_HOP = frozenset(
         "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
     }
 )  # fmt: skip
-_REQUEST_DROP = HOP_BY_HOP | {"accept-encoding"}
+_REQUEST_DROP = HOP_BY_HOP | {"accept-encoding", "expect"}
+"""``Expect: 100-continue`` was answered to the client already (the proxy reads the
+body); forwarded, it waits on an upstream that may never send 100."""
 _RESPONSE_DROP = HOP_BY_HOP | {"content-encoding", "date", "server"}
 
 #: A request body: whole bytes, streamed chunks, or none.
