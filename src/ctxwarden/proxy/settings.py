@@ -33,7 +33,7 @@ class ProxySettings:
     data_dir: str | None = None
     connect_timeout: float = 10.0
     read_timeout: float = 600.0  # between bytes from the upstream
-    total_timeout: float | None = None
+    total_timeout: float | None = None  # whole exchange, a streamed upload included
     max_body_bytes: int = 32 * 1024 * 1024
     max_messages: int = 20_000
     max_recall_rounds: int = 3
