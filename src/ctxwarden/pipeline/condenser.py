@@ -200,8 +200,7 @@ class Condenser:
             segment = by_key.get(key)
             if segment is None or segment.path not in view.eligible:
                 continue
-            unchanged = segment.message_index + 1 < common
-            if not unchanged and ref_for(segment.text) != decision.original_ref:
+            if not _reads_as(segment, decision.original_ref, common):
                 continue
             if decision.witness and not _same_witness(decision.witness, by_key, common):
                 continue  # what it points to changed: the note would be false
@@ -478,14 +477,18 @@ class Condenser:
         }
 
 
+def _reads_as(segment: Segment, ref: str, common: int) -> bool:
+    """Whether ``segment`` still reads as the original ``ref`` names: certainly when
+    its message lies in the unchanged prefix of the history (``common`` elements, the
+    head first), else by hashing its text."""
+    return segment.message_index + 1 < common or ref_for(segment.text) == ref
+
+
 def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: int) -> bool:
-    """Whether the segment a replacement points to still reads as when it was adopted
-    (unchanged when its message lies in the unchanged prefix of the history)."""
+    """Whether the segment a replacement points to still reads as when it was adopted."""
     key, ref = witness
     segment = by_key.get(key)
-    if segment is None:
-        return False
-    return segment.message_index + 1 < common or ref_for(segment.text) == ref
+    return segment is not None and _reads_as(segment, ref, common)
 
 
 def step_is_free(

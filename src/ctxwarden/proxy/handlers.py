@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -288,50 +289,49 @@ millisecond for 165 KB, where a regex takes 1.6 ms) is the only way an integer p
 integers exact."""
 
 
-async def _has_wide_integer(body: bytes) -> bool:
-    """Whether ``body`` holds an integer outside the 64-bit range (read exactly by
-    Python's ``json``; off-loop when large)."""
-
-    def wide(node: Any) -> bool:
-        if isinstance(node, bool):
-            return False
-        if isinstance(node, int):
-            return not -(2**63) <= node < 2**64
-        if isinstance(node, dict):
-            return any(wide(v) for v in node.values())
-        if isinstance(node, list):
-            return any(wide(v) for v in node)
+def _wide(node: Any) -> bool:
+    """Whether ``node`` (as Python's ``json`` read it) holds an integer outside the
+    64-bit range."""
+    if isinstance(node, bool):
         return False
-
-    def check() -> bool:
-        try:
-            return wide(json.loads(body))
-        except (ValueError, RecursionError):
-            return False
-
-    if len(body) <= _INLINE_PARSE_BYTES:
-        return check()
-    return await asyncio.get_running_loop().run_in_executor(None, check)
+    if isinstance(node, int):
+        return not -(2**63) <= node < 2**64
+    if isinstance(node, dict):
+        return any(_wide(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_wide(v) for v in node)
+    return False
 
 
 _INLINE_PARSE_BYTES = 256 * 1024
 
 
-async def _stdlib_parses_object(body: bytes) -> bool:
-    """Whether Python's ``json`` reads ``body`` as an object where orjson refused it
-    (lone surrogate escapes, which JS clients produce; integers past 64 bits). Such
-    a request is valid for the upstream: it is forwarded as sent, never condensed
-    (orjson cannot write those strings back). Large bodies are parsed off-loop."""
+async def _stdlib_reads(body: bytes, judge: Callable[[Any], bool]) -> bool:
+    """``judge`` of ``body`` as Python's ``json`` reads it (exact integers, lone
+    surrogates); False when it is not JSON. Large bodies are parsed off-loop."""
 
-    def parses() -> bool:
+    def read() -> bool:
         try:
-            return isinstance(json.loads(body), dict)
+            return judge(json.loads(body))
         except (ValueError, RecursionError):
             return False
 
     if len(body) <= _INLINE_PARSE_BYTES:
-        return parses()
-    return await asyncio.to_thread(parses)
+        return read()
+    return await asyncio.to_thread(read)
+
+
+async def _has_wide_integer(body: bytes) -> bool:
+    """Whether ``body`` holds an integer past 64 bits, which orjson reads as a float."""
+    return await _stdlib_reads(body, _wide)
+
+
+async def _stdlib_parses_object(body: bytes) -> bool:
+    """Whether Python's ``json`` reads ``body`` as an object where orjson refused it
+    (lone surrogate escapes, which JS clients produce). Such a request is valid for the
+    upstream: it is forwarded as sent, never condensed (orjson cannot write those
+    strings back)."""
+    return await _stdlib_reads(body, lambda value: isinstance(value, dict))
 
 
 def _condense_sync(
