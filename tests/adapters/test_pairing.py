@@ -8,9 +8,7 @@ import pytest
 
 from ctxwarden.adapters import get_adapter
 from ctxwarden.errors import MalformedRequest
-from tests.passes.convo import FORCE, lines_of, make_engine
-
-_LS = {"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+from tests.passes.convo import FORCE, call, lines_of, make_engine, result
 
 
 def _custom_call_chat() -> dict[str, Any]:
@@ -21,9 +19,9 @@ def _custom_call_chat() -> dict[str, Any]:
             {"role": "system", "content": "sys"},
             {"role": "user", "content": "fix it"},
             {"role": "assistant", "content": None, "tool_calls": [custom]},
-            {"role": "tool", "tool_call_id": "call_1", "content": lines_of("patched", 80)},
-            {"role": "assistant", "content": None, "tool_calls": [_LS]},
-            {"role": "tool", "tool_call_id": "call_2", "content": "a.py"},
+            result("call_1", lines_of("patched", 80)),
+            call("call_2", "ls"),
+            result("call_2", "a.py"),
             {"role": "assistant", "content": "done"},
             {"role": "user", "content": "thanks"},
         ],

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ctxwarden.adapters import get_adapter
 from ctxwarden.model.conversation import newest_start
-from tests.passes.convo import FORCE, make_engine
+from tests.passes.convo import FORCE, call, make_engine, result
 
 _roles = st.lists(st.sampled_from(["system", "user", "assistant", "tool"]), max_size=12)
 
@@ -62,14 +62,13 @@ def _prefilled(api: str) -> dict[str, Any]:
                 {"role": "assistant", "content": _PREFILL},
             ],
         }
-    call = {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     return {
         "model": "gpt-4o",
         "messages": [
             {"role": "system", "content": "sys"},
             {"role": "user", "content": "Fix the build"},
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "t1", "content": _HUGE},
+            call("t1", "x"),
+            result("t1", _HUGE),
             {"role": "assistant", "content": _PREFILL},
         ],
     }
