@@ -89,6 +89,7 @@ def _summary(rows: list[dict[str, Any]]) -> str:
         f" worst {100 * worst['anthropic']:5.1f}%"
         f" ({below} < -2%)  p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms"
         f"  violations {sum(r['violations'] for r in rows)}"
+        f"  >= 60%: {sum(r >= 0.6 for r in red)}/{len(red)}"
     )
 
 

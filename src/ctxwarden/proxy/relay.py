@@ -54,13 +54,23 @@ class ClientGone(Exception):
     """The client disconnected while we were writing to it."""
 
 
+SERVER_DECODED_CODINGS = frozenset({"gzip", "deflate", "br", "zstd"})
+"""The content codings aiohttp's request parser decodes (``auto_decompress``)."""
+
+
 def body_was_decoded(request: web.Request) -> bool:
     """Whether aiohttp's server content-decoded the request body (gzip, deflate, ...).
 
     The parser decodes exactly the codings it records on the message, so the body
-    the handler reads is no longer what ``Content-Encoding`` describes.
+    the handler reads is no longer what ``Content-Encoding`` describes. That record is
+    not public API: should a later aiohttp drop it, the answer comes from the header
+    and the codings the parser is known to decode.
     """
-    return request._message.compression is not None
+    message = getattr(request, "_message", None)
+    if message is not None and hasattr(message, "compression"):
+        return message.compression is not None
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    return coding in SERVER_DECODED_CODINGS
 
 
 class Exchange:
