@@ -11,6 +11,7 @@ import pytest
 
 from ctxwarden.errors import ArtifactMissing
 from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall
+from ctxwarden.proxy.dialects import DIALECTS, MAX_TOOLS
 from tests.proxy.conftest import KEY_A, KEY_B, Proxy, ProxyFactory
 
 ORIGINAL = "line 1\nline 2 secret-alpha\nline 3 secret-beta\nline 4"
@@ -41,6 +42,10 @@ async def _chat(proxy: Proxy, ref: str, *, stream: bool, key: str = KEY_A, **ext
             return r.choices[0]
         async with c.chat.completions.stream(model="gpt-4o", messages=messages, **extra) as s:
             return (await s.get_final_completion()).choices[0]
+
+
+def _tool(i: int) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": f"tool_{i}", "parameters": {}}}
 
 
 def _tool_result_text(body: dict[str, Any]) -> str:
@@ -164,6 +169,56 @@ async def test_recall_rounds_are_limited(make_proxy: ProxyFactory) -> None:
             assert not choice.message.tool_calls
             assert len(proxy.fake.received) - before == 3  # first + 2 continuations
             assert proxy.recorder.last(route="chat", stream=stream)["recall_rounds"] == 2
+            # the last round the limit allows asks for an answer, not another call
+            choices = [r.json().get("tool_choice") for r in proxy.fake.received[before:]]
+            assert choices == [None, None, "none"]
+
+
+async def test_no_recall_tool_when_rounds_are_off(make_proxy: ProxyFactory) -> None:
+    async with make_proxy(max_recall_rounds=0) as proxy:
+        await _chat(proxy, _store(proxy), stream=False)
+        assert "tools" not in proxy.fake.received[-1].json()
+
+
+@pytest.mark.parametrize(
+    ("extra", "injected"),
+    [
+        ({"prediction": {"type": "content", "content": "x"}}, False),
+        ({"tools": [_tool(i) for i in range(MAX_TOOLS)]}, False),
+        ({"tools": [_tool(i) for i in range(MAX_TOOLS - 1)]}, True),
+    ],
+)
+async def test_no_recall_tool_where_openai_refuses_one(
+    proxy: Proxy, extra: dict[str, Any], injected: bool
+) -> None:
+    await _chat(proxy, _store(proxy), stream=False, **extra)
+    tools = proxy.fake.received[-1].json().get("tools", [])
+    sent = {t["function"]["name"] for t in tools}
+    assert (RECALL_TOOL_NAME in sent) is injected
+    assert len(tools) == len(extra.get("tools", [])) + injected
+
+
+@pytest.mark.parametrize(
+    ("api", "given", "expected"),
+    [
+        ("openai.chat", None, "none"),
+        ("openai.chat", "auto", "none"),
+        ("openai.chat", "required", "required"),
+        ("openai.responses", None, "none"),
+        ("anthropic.messages", None, {"type": "none"}),
+        (
+            "anthropic.messages",
+            {"type": "auto", "disable_parallel_tool_use": True},
+            {"type": "none", "disable_parallel_tool_use": True},
+        ),
+        ("anthropic.messages", {"type": "tool", "name": "x"}, {"type": "tool", "name": "x"}),
+    ],
+)
+def test_last_round_asks_for_no_tool_unless_the_client_forced_one(
+    api: str, given: Any, expected: Any
+) -> None:
+    request: dict[str, Any] = {"model": "m", **({"tool_choice": given} if given else {})}
+    assert DIALECTS[api].last_round(request)["tool_choice"] == expected
 
 
 async def test_recall_next_to_a_client_tool_call_is_stripped_not_answered(proxy: Proxy) -> None:

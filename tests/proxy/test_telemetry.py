@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
+from collections.abc import Iterator
 
 import aiohttp
 import openai
 import orjson
+import pytest
 
 import ctxwarden.proxy
 import ctxwarden.telemetry
-from ctxwarden.telemetry import EVENT_FIELDS, JsonFormatter, LogSink, MetricsSink, ProxyMetrics
+from ctxwarden.telemetry import (
+    EVENT_FIELDS,
+    JsonFormatter,
+    LogSink,
+    MetricsSink,
+    ProxyMetrics,
+    configure_json_logging,
+)
+from ctxwarden.telemetry.logs import LIBRARY_LOGGERS
 from tests.proxy.conftest import KEY_A, Proxy
 
 SECRET_TEXT = "do-not-log-this-message-content"
@@ -95,6 +106,46 @@ def test_log_sink_levels_and_formatter_drop_exception_text() -> None:
     first, second = (orjson.loads(x) for x in stream.getvalue().splitlines())
     assert first["level"] == "error" and first["route"] == "chat"
     assert second["exc_type"] == "ValueError" and SECRET_TEXT not in stream.getvalue()
+
+
+@pytest.fixture
+def restored_loggers() -> Iterator[None]:
+    """Undo :func:`configure_json_logging` on the loggers it touches."""
+    names = ("ctxwarden", *LIBRARY_LOGGERS)
+    saved = {n: (logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
+    handlers = {n: list(logging.getLogger(n).handlers) for n in names}
+    yield
+    for name in names:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = handlers[name]
+        logger.level, logger.propagate = saved[name]
+
+
+async def test_library_errors_are_logged_without_the_raw_request(
+    proxy: Proxy, restored_loggers: None
+) -> None:
+    # aiohttp's parser errors carry the raw bytes (an API key, message text) in the
+    # traceback; the serve command's logging keeps only the exception's type
+    stream = io.StringIO()
+    configure_json_logging(logging.INFO, stream)
+    host, port = proxy.openai_url.split("//")[1].split("/")[0].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + KEY_A.encode() + b"\x01\r\nContent-Length: 2\r\n\r\n{}"
+    )  # fmt: skip
+    await writer.drain()
+    assert (await reader.read(12)).startswith(b"HTTP/1.")
+    writer.close()
+    await writer.wait_closed()
+    for _ in range(50):  # the server logs after it answered
+        if "aiohttp.server" in stream.getvalue():
+            break
+        await asyncio.sleep(0.01)
+    text = stream.getvalue()
+    records = [orjson.loads(line) for line in text.splitlines()]
+    assert any(r["logger"] == "aiohttp.server" and r["exc_type"] for r in records), text
+    assert KEY_A not in text and "Traceback" not in text
 
 
 def test_exported_names() -> None:

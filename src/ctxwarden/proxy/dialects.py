@@ -19,7 +19,7 @@ from ctxwarden.proxy.recall import (
     tool_parameters,
 )
 
-__all__ = ["DIALECTS", "Dialect"]
+__all__ = ["DIALECTS", "MAX_TOOLS", "Dialect"]
 
 _CLIENT_ACTION_ITEMS = frozenset(
     {"function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call",
@@ -27,10 +27,16 @@ _CLIENT_ACTION_ITEMS = frozenset(
 )  # fmt: skip
 
 
+MAX_TOOLS = 128
+"""OpenAI's limit on a request's tools: a request that already has this many gets no
+recall tool (one more would turn an accepted request into a 400)."""
+
+
 class Dialect(Protocol):
     """Recall mechanics of one API (see module docstring)."""
 
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None: ...
+    def last_round(self, request: dict[str, Any]) -> dict[str, Any]: ...
     def find_calls(self, response: dict[str, Any]) -> RoundResult: ...
     def continuation(
         self, request: dict[str, Any], result: RoundResult, answers: list[RecallAnswer]
@@ -43,11 +49,30 @@ def _tools(request: dict[str, Any]) -> list[Any] | None:
     return tools if isinstance(tools, list) else None
 
 
-def _append_named_tool(request: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | None:
+def _no_tool_calls(request: dict[str, Any], none: Any) -> dict[str, Any]:
+    """``request`` with ``tool_choice`` set to ``none`` (the API's "call no tool") when the
+    client left the choice to the model; a choice the client forced stays."""
+    choice = request.get("tool_choice")
+    automatic = (
+        choice is None
+        or choice == "auto"
+        or (isinstance(choice, dict) and choice.get("type") == "auto")
+    )
+    if not automatic:
+        return request
+    if isinstance(none, dict) and isinstance(choice, dict):  # keep Anthropic's other keys
+        none = {**choice, **none}
+    return {**request, "tool_choice": none}
+
+
+def _append_named_tool(
+    request: dict[str, Any], spec: dict[str, Any], *, limit: int | None = None
+) -> dict[str, Any] | None:
     """``request`` with ``spec`` appended to its tools (tools named at the top level, as in
-    Responses and Messages); ``None`` when tools are not a list or one is already ours."""
+    Responses and Messages); ``None`` when tools are not a list, one is already ours or
+    there are ``limit`` already."""
     tools = _tools(request)
-    if tools is None:
+    if tools is None or (limit is not None and len(tools) >= limit):
         return None
     if any(isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools):
         return None
@@ -57,9 +82,13 @@ def _append_named_tool(request: dict[str, Any], spec: dict[str, Any]) -> dict[st
 class ChatDialect:
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """Not with ``n`` > 1: recall calls would come per choice, and the loop can
-        answer one assistant message only (the client would see the calls)."""
+        answer one assistant message only (the client would see the calls). Not with
+        ``prediction`` (Predicted Outputs take no function calling) nor when the request
+        has as many tools as OpenAI allows."""
         tools = _tools(request)
         if tools is None or "functions" in request or request.get("n") not in (None, 1):
+            return None
+        if "prediction" in request or len(tools) >= MAX_TOOLS:
             return None
         for tool in tools:
             fn = tool.get("function") if isinstance(tool, dict) else None
@@ -68,6 +97,9 @@ class ChatDialect:
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "parameters": tool_parameters}  # fmt: skip
         return {**request, "tools": [*tools, {"type": "function", "function": spec}]}
+
+    def last_round(self, request: dict[str, Any]) -> dict[str, Any]:
+        return _no_tool_calls(request, "none")
 
     def find_calls(self, response: dict[str, Any]) -> RoundResult:
         choices = response.get("choices")
@@ -119,7 +151,10 @@ class ResponsesDialect:
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
         spec = {"type": "function", "name": RECALL_TOOL_NAME, "description": tool_description,
                 "parameters": tool_parameters}  # fmt: skip
-        return _append_named_tool(request, spec)
+        return _append_named_tool(request, spec, limit=MAX_TOOLS)
+
+    def last_round(self, request: dict[str, Any]) -> dict[str, Any]:
+        return _no_tool_calls(request, "none")
 
     def find_calls(self, response: dict[str, Any]) -> RoundResult:
         output = response.get("output")
@@ -158,6 +193,9 @@ class MessagesDialect:
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "input_schema": tool_parameters}  # fmt: skip
         return _append_named_tool(request, spec)
+
+    def last_round(self, request: dict[str, Any]) -> dict[str, Any]:
+        return _no_tool_calls(request, {"type": "none"})
 
     def find_calls(self, response: dict[str, Any]) -> RoundResult:
         content = response.get("content")

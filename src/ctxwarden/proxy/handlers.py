@@ -269,7 +269,7 @@ async def _condensed(
         outgoing = result.request
         out = orjson.dumps(outgoing)
     record.set(bytes_after=len(out))
-    if decision.mode == "active" and REF_BYTES.search(out):
+    if decision.mode == "active" and state.settings.max_recall_rounds and REF_BYTES.search(out):
         injected = DIALECTS[api].inject(outgoing)
         if injected is not None:
             record.set(recall_injected=True, recall_rounds=0)

@@ -9,7 +9,9 @@ Contract:
   without delaying them.
 - Recall loop: see :mod:`ctxwarden.proxy.recall`. Non-streamed answers are read,
   recall calls answered and continuations sent until the model answers without the
-  tool (or the round limit is hit, in which case recall calls are stripped). Streams
+  tool. The last round the limit allows asks for no tool call (``tool_choice`` none,
+  unless the client forced a choice), so the model answers; a recall call made anyway
+  is stripped. Streams
   go through a :class:`~ctxwarden.proxy.stream_filters.StreamFilter`. Usage is
   summed over the rounds (each round is billed).
 - A failure nobody has seen yet passes through: a continuation the upstream refuses
@@ -34,7 +36,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ctxwarden.proxy.dialects import DIALECTS
+from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
 from ctxwarden.proxy.sse import SSESplitter, Usage
 from ctxwarden.proxy.state import ProxyState, RequestRecord
@@ -234,10 +236,23 @@ async def relay_with_recall(
         if result.other_calls or rounds >= state.settings.max_recall_rounds:
             return web.Response(body=orjson.dumps(dialect.strip(obj)), headers=headers)
         answers = await _answer(state, result, tenant, record)
-        request = dialect.continuation(request, result, answers)
+        request = _continuation(dialect, request, result, answers, rounds, state)
         body = orjson.dumps(request)
         rounds += 1
         record.set(recall_rounds=rounds)
+
+
+def _continuation(
+    dialect: Dialect, request: dict[str, Any], result: RoundResult,
+    answers: list[RecallAnswer], rounds: int, state: ProxyState,
+) -> dict[str, Any]:  # fmt: skip
+    """The next round's request; the last round the limit allows asks for no tool call,
+    so the model answers (a recall call there could only be stripped, leaving the
+    client an empty turn)."""
+    request = dialect.continuation(request, result, answers)
+    if rounds + 1 >= state.settings.max_recall_rounds:
+        request = dialect.last_round(request)
+    return request
 
 
 def _add_round_usage(record: RequestRecord, obj: dict[str, Any]) -> None:
@@ -286,7 +301,7 @@ async def _stream_loop(
         if not result.calls or result.other_calls or rounds >= state.settings.max_recall_rounds:
             break
         answers = await _answer(state, result, tenant, record)
-        request = dialect.continuation(request, result, answers)
+        request = _continuation(dialect, request, result, answers, rounds, state)
         body = orjson.dumps(request)
         rounds += 1
         record.set(recall_rounds=rounds)

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JsonFormatter", "configure_json_logging"]
+__all__ = ["LIBRARY_LOGGERS", "JsonFormatter", "configure_json_logging"]
 
 
 class JsonFormatter(logging.Formatter):
@@ -37,8 +37,16 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+LIBRARY_LOGGERS = ("aiohttp", "asyncio")
+"""Loggers of the libraries the proxy runs on. Their default output (Python's last-resort
+stderr handler) prints tracebacks, and an aiohttp parser error's traceback quotes the raw
+request bytes: headers with API keys, message text. They get the same JSON handler, at
+warning level, so only the exception's type is written."""
+
+
 def configure_json_logging(level: int = logging.INFO, stream: Any = None) -> logging.Handler:
-    """Attach one JSON handler to the ``ctxwarden`` logger (idempotent); returns it."""
+    """Attach one JSON handler to the ``ctxwarden`` logger and, at warning level or
+    above, to :data:`LIBRARY_LOGGERS` (idempotent); returns it."""
     logger = logging.getLogger("ctxwarden")
     for handler in logger.handlers:
         if isinstance(handler.formatter, JsonFormatter):
@@ -48,4 +56,9 @@ def configure_json_logging(level: int = logging.INFO, stream: Any = None) -> log
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+    for name in LIBRARY_LOGGERS:
+        library = logging.getLogger(name)
+        library.addHandler(handler)
+        library.setLevel(max(level, logging.WARNING))
+        library.propagate = False
     return handler
