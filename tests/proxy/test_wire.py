@@ -181,3 +181,37 @@ async def test_a_cut_off_stream_fails_for_the_client(
         assert event.get("recall_injected", False) is recall
         timeout = upstream is _stalls_mid_stream
         assert event["error_type"] == ("UpstreamTimeout" if timeout else "UpstreamUnavailable")
+
+
+async def test_non_json_answers_stream_through_unbuffered(make_proxy: ProxyFactory) -> None:
+    # audio, file downloads: the first bytes reach the client while the upstream is
+    # still sending, and the whole body arrives byte-exact with its length
+    release = asyncio.Event()
+    first, rest = b"ID3" + bytes(range(256)) * 4, bytes(range(255, -1, -1)) * 64
+
+    async def speech(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "audio/mpeg"})
+        out.content_length = len(first) + len(rest)
+        await out.prepare(request)
+        await out.write(first)
+        await release.wait()
+        await out.write(rest)
+        await out.write_eof()
+        return out
+
+    async with (
+        _upstream({"/v1/audio/speech": speech}) as url,
+        make_proxy(openai_upstream=url) as proxy,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_read=5)) as session,
+        session.post(
+            proxy.openai_url + "/audio/speech", json={"input": "hi"}, headers=AUTH
+        ) as resp,
+    ):
+        assert resp.status == 200
+        assert resp.headers["Content-Length"] == str(len(first) + len(rest))
+        try:
+            head = await asyncio.wait_for(resp.content.readexactly(len(first)), 5)
+        finally:
+            release.set()  # only now does the upstream finish (a buffering proxy waits)
+        assert head + await resp.read() == first + rest

@@ -2,11 +2,12 @@
 
 Contract:
 
-- Plain relay: a non-SSE body is read whole (bounded by the upstream) and returned
-  with the upstream status and headers, 4xx/5xx unchanged (a ``HEAD`` answer keeps
-  the upstream ``Content-Length``); an SSE body is written to the client chunk by
-  chunk as it arrives, never buffered. Usage is sniffed from events on the side,
-  without delaying them.
+- Plain relay: a JSON answer (up to :data:`WHOLE_JSON_BYTES`) is read whole and
+  returned with the upstream status and headers, 4xx/5xx unchanged (a ``HEAD`` answer
+  keeps the upstream ``Content-Length``), and its usage read; every other body (an
+  SSE stream, audio, a file download) is written to the client chunk by chunk as it
+  arrives, never buffered, and an upstream failure mid-body cuts the client
+  connection. Usage is sniffed from SSE events on the side, without delaying them.
 - Recall loop: see :mod:`ctxwarden.proxy.recall`. Non-streamed answers are read,
   recall calls answered and continuations sent until the model answers without the
   tool. The last round the limit allows asks for no tool call (``tool_choice`` none,
@@ -125,6 +126,20 @@ def _plain_headers(request: web.Request, upstream: aiohttp.ClientResponse) -> CI
     return headers
 
 
+WHOLE_JSON_BYTES = 8 * 1024 * 1024
+"""A JSON answer up to this size (or of unknown size) is read whole, for its usage; any
+other non-SSE answer (audio, a file, a large listing) streams to the client."""
+
+
+def _read_whole(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
+    if request.method == "HEAD":
+        return True
+    if upstream.content_type != "application/json":
+        return False
+    length = upstream.content_length
+    return length is None or length <= WHOLE_JSON_BYTES
+
+
 async def relay(
     ex: Exchange, body: Body, record: RequestRecord, length: int | None = None
 ) -> web.StreamResponse:
@@ -134,19 +149,26 @@ async def relay(
     async with ex.open(body, length) as upstream:
         record.headers_in(time.perf_counter() - started)
         record.set(upstream_status=upstream.status)
-        if not _is_sse(upstream):
+        sse = _is_sse(upstream)
+        if not sse and _read_whole(ex.request, upstream):
             data = await _read(upstream)
             record.add_upstream(time.perf_counter() - started)
             if upstream.content_type == "application/json" and b'"usage"' in data:
                 record.usage.observe(_loads(data))
             headers = _plain_headers(ex.request, upstream)
             return web.Response(body=data, status=upstream.status, headers=headers)
-        out = web.StreamResponse(status=upstream.status, headers=response_headers(upstream.headers))
+        headers = response_headers(upstream.headers)
+        known = upstream.content_length
+        if not sse and known is not None and "Content-Encoding" not in upstream.headers:
+            headers["Content-Length"] = str(known)  # the bytes pass through unchanged
+        out = web.StreamResponse(status=upstream.status, headers=headers)
         await out.prepare(ex.request)
         splitter = SSESplitter()
         try:
             async for chunk in upstream.content.iter_any():
                 await _write(out, chunk)
+                if not sse:
+                    continue
                 for event in splitter.feed(chunk):
                     if '"usage"' in event.data:
                         record.usage.observe(event.json())
