@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxwarden.passes.config import DedupeConfig, NormalizeConfig, SupersedeConfig
 from ctxwarden.passes.dedupe import DedupePass
-from ctxwarden.passes.normalize import NormalizePass, normalize_text
+from ctxwarden.passes.normalize import NormalizePass, minified_json, normalize_text
 from ctxwarden.passes.supersede import SupersedePass, action_key
 from ctxwarden.signals import error_lines
 from tests.passes.convo import (
@@ -211,12 +215,28 @@ def test_normalize_text_strips_ansi_progress_and_repeats() -> None:
 
 
 def test_normalize_minifies_pretty_json_and_keeps_its_value() -> None:
-    import json
-
     data = {"items": [{"id": i, "name": f"item_{i}"} for i in range(5)]}
     out = normalize_text(json.dumps(data, indent=2))
     assert "\n" not in out and json.loads(out) == data
     assert normalize_text(json.dumps(data, indent=2), minify_json=False) != out
+
+
+def test_minified_json_keeps_every_value_as_written() -> None:
+    pretty = '{\n  "a": 1.10,\n  "b": [1E5, 1e400, "x  y\\" z"],\n  "id": 1,\n  "id": 2\n}'
+    assert normalize_text(pretty) == '{"a":1.10,"b":[1E5,1e400,"x  y\\" z"],"id":1,"id":2}'
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON, st.sampled_from([1, 2, 4, "\t"]))
+def test_minified_json_only_drops_whitespace(value: object, indent: int | str) -> None:
+    pretty = json.dumps(value, indent=indent)
+    assert minified_json(pretty) == json.dumps(value, separators=(",", ":"))
 
 
 def test_normalize_pass_refs_exact_original() -> None:

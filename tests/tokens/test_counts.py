@@ -82,3 +82,28 @@ def test_memo_is_bounded_by_characters() -> None:
     assert counter.misses == misses
     counter.count_text("000 " + "x" * 96)  # oldest: evicted, counted again
     assert counter.misses == misses + 1
+
+
+def test_an_item_counts_the_same_whichever_api_the_process_saw_it_under_first() -> None:
+    # one item JSON parses differently per API (an input_image is media in Responses,
+    # an opaque block in chat): a count memoized under one API must not serve another
+    from ctxwarden import Engine, EngineConfig
+
+    item = {"role": "user", "content": [{"type": "input_image", "image_url": "x" * 30_000}]}
+    chat = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": "ok"},
+            item,
+        ],
+    }
+
+    def engine() -> Engine:
+        return Engine(EngineConfig(store={"backend": "memory"}))
+
+    warm = engine()
+    warm.condense({"model": "gpt-4o", "input": [item]}, api="openai.responses", session="b")
+    seen = warm.condense(chat, api="openai.chat", session="a").report["tokens_before"]
+    fresh = engine().condense(chat, api="openai.chat", session="a").report["tokens_before"]
+    assert seen == fresh

@@ -2,7 +2,8 @@
 
 ANSI escape sequences, carriage-return progress bars (only the final state of a line
 is kept), runs of identical lines (collapsed with a count), trailing whitespace and
-pretty-printed JSON (minified). Applied only when it saves ``min_saving_tokens``.
+pretty-printed JSON (minified: the whitespace between tokens goes, every value stays as
+written). Applied only when it saves ``min_saving_tokens``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
 
-__all__ = ["NormalizePass", "normalize_text"]
+__all__ = ["NormalizePass", "minified_json", "normalize_text"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
@@ -28,14 +29,27 @@ def _collapse_progress(line: str) -> str:
     return parts[-1] if parts else ""
 
 
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[^" \t\n\r]+|[ \t\n\r]+', re.DOTALL)
+
+
+def minified_json(text: str) -> str:
+    """Valid JSON ``text`` without the whitespace between its tokens. Only whitespace
+    goes: numbers, escapes and duplicate keys stay as written (a parse and re-dump
+    would turn ``1.10`` into ``1.1``, ``1e400`` into ``Infinity``, keep one of two
+    equal keys)."""
+    return "".join(t for t in _JSON_TOKENS.findall(text) if t[0] not in " \t\n\r")
+
+
 def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> str:
     """The normalized form of ``text`` (see module doc); idempotent."""
     stripped = text.strip()
     if minify_json and stripped[:1] in "{[" and "\n" in stripped:
         try:
-            return json.dumps(json.loads(stripped), separators=(",", ":"), ensure_ascii=False)
-        except ValueError:
+            json.loads(stripped)
+        except (ValueError, RecursionError):
             pass
+        else:
+            return minified_json(stripped)
     text = _ANSI.sub("", text)
     lines = [_collapse_progress(line).rstrip() for line in text.split("\n")]
     out: list[str] = []

@@ -61,7 +61,8 @@ class TokenCounter:
         self.spec = spec or TokenizerSpec()
         self._encoding = get_encoding(self.spec.encoding)
         self._memo: OrderedDict[str, int] = OrderedDict()
-        self._message_memo: dict[str, int] = {}
+        self._message_memo: dict[tuple[str, str], int] = {}
+        """Message counts by API and item hash: one item JSON parses differently per API."""
         self._max_entries = max_entries
         self._max_chars = max_chars
         self._chars = 0
@@ -133,7 +134,9 @@ class TokenCounter:
             return [head, *(self.count_message(m) for m in conversation.messages)]
         out = [head]
         memo = self._message_memo
-        for message, key in zip(conversation.messages, hashes[1:], strict=True):
+        api = conversation.api
+        for message, item_hash in zip(conversation.messages, hashes[1:], strict=True):
+            key = (api, item_hash)
             n = memo.get(key)
             if n is None:
                 n = memo[key] = self.count_message(message)
