@@ -17,6 +17,7 @@ planned per session) -> validate -> render.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -181,7 +182,13 @@ class Engine:
                 element_tokens=element_tokens,
                 element_hashes=hashes,
             )
-            rendered = self._render_checked(conversation, outcome, adapter.render)
+            try:
+                rendered = self._render_checked(conversation, outcome, adapter.render)
+            except Exception:
+                with contextlib.suppress(Exception):  # best effort: the fallback stands
+                    outcome.commit_original()
+                raise
+            outcome.commit()
         except MalformedRequest:
             raise
         except Exception as exc:  # never fail a request that could be forwarded

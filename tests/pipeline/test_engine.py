@@ -442,3 +442,38 @@ def test_a_text_repeating_a_tool_output_is_not_a_pointer_to_it() -> None:
     assert res.request["messages"][4] == wire["messages"][4]
     sent = orjson.dumps(res.request).decode()
     assert all(name in sent for name in distinctive_set(out))
+
+
+def test_a_whole_request_fallback_is_what_the_next_request_extends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the session state records what was sent: after a fallback (the original went
+    # out), the next request's cache and step accounting start from the original
+    import ctxwarden.engine as engine_module
+    from ctxwarden.errors import ValidationFailed
+
+    real = engine_module.validate_rewrite
+    failing: set[int] = set()
+    turn = 0
+
+    def validate(*args: Any) -> None:
+        if turn in failing:
+            raise ValidationFailed("injected for the test")
+        real(*args)
+
+    monkeypatch.setattr(engine_module, "validate_rewrite", validate)
+    engine = make_engine("balanced", FORCE)
+    requests = _requests(SESSIONS[0])
+    previous: list[Any] | None = None
+    fell_back = 0
+    for turn, req in enumerate(requests):
+        if turn % 5 == 3:
+            failing.add(turn)
+        res = engine.condense(req, session="s1")
+        fell_back += res.report["fallbacks"]
+        sent = res.request["messages"]
+        if previous is not None and not res.report["fallbacks"]:
+            extends = dumps(sent[: len(previous)]) == dumps(previous)
+            assert extends is not res.report["compaction_step"], turn
+        previous = sent
+    assert fell_back > 0

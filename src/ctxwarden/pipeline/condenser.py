@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,12 +51,24 @@ __all__ = ["CondenseOutcome", "Condenser", "step_is_free"]
 MAX_SENT_HASHES = 4_096
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class CondenseOutcome:
-    """The condensed conversation (the same object when nothing changed) and counters."""
+    """The condensed conversation (the same object when nothing changed) and counters.
+
+    The session state is not saved yet: the caller saves it with ``commit`` once the
+    rewrite passed the whole-request checks and is what gets sent, or with
+    ``commit_original`` when the original request is sent instead (a fallback), so the
+    next request's cache and cost accounting start from what was really sent.
+    """
 
     conversation: Conversation
     report: dict[str, Any] = field(default_factory=dict)
+    commit: Callable[[], None] = _nothing
+    commit_original: Callable[[], None] = _nothing
 
 
 class Condenser:
@@ -84,7 +97,8 @@ class Condenser:
         element_hashes: list[str] | None = None,
     ) -> CondenseOutcome:
         """Condense ``conversation``; ``element_tokens`` are its per-element counts."""
-        state = SessionState.decode(self.store.get_state(tenant, session))
+        raw_state = self.store.get_state(tenant, session)
+        state = SessionState.decode(raw_state)
         exact_hashes = element_hashes or hash_elements(conversation)
         view = segment_view(
             conversation,
@@ -150,11 +164,25 @@ class Condenser:
             )
         state.turns += 1
         state.steps += int(bool(adopted))
-        self.store.put_state(tenant, session, state.encode())
+        encoded = state.encode()
+
+        def commit_original() -> None:
+            sent = SessionState.decode(raw_state)  # as before, plus this turn sent exact
+            self._update_ledger(sent, exact_hashes, exact_tokens, exact_hashes, exact_tokens,
+                                pricing)  # fmt: skip
+            sent.exact_hashes, sent.exact_tokens = exact_hashes, exact_tokens
+            sent.sent_hashes, sent.sent_tokens = list(exact_hashes), list(exact_tokens)
+            sent.turns += 1
+            self.store.put_state(tenant, session, sent.encode())
 
         report.update(self._counters(view, applied, adopted, counter, forced, state))
         report["tokens_after"] = sum(sent_tokens)
-        return CondenseOutcome(result, report)
+        return CondenseOutcome(
+            result,
+            report,
+            commit=lambda: self.store.put_state(tenant, session, encoded),
+            commit_original=commit_original,
+        )
 
     # -- pieces ------------------------------------------------------------------------
     @staticmethod
