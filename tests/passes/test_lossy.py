@@ -385,6 +385,32 @@ def test_shared_mentions_keep_every_distinctive_string_visible_somewhere() -> No
     assert masked >= 3
 
 
+@pytest.mark.parametrize("again", ["cat app.py", "grep -n def app.py"])
+def test_a_string_stays_visible_when_the_output_showing_it_is_later_deduped(again: str) -> None:
+    """The same output twice: the first copy is masked while the second, newest, shows
+    every string; then the second copy becomes a pointer to the first (dedupe). The
+    placeholder must not have relied on the second copy."""
+    from ctxwarden.signals import distinctive_strings
+
+    same = lines_of("handler", 40)
+    turns = [
+        (call("c1", "cat app.py"), result("c1", same)),
+        (call("c2", again), result("c2", same)),
+        (call("c3", "ls"), result("c3", lines_of("other", 5))),
+    ]
+    engine = make_engine(pipeline={**FORCE, "mask": {"max_keywords": 2000}})
+    flat: list[dict[str, Any]] = []
+    for assistant, tool in turns:
+        flat += [assistant, tool]
+        wire = request(*flat)
+        wire["messages"] = wire["messages"][:-2]  # the agent's turn: the newest output last
+        res = engine.condense(wire, session="dedupe-after-mask")
+        visible = "\n".join(str(m.get("content") or "") for m in res.request["messages"])
+        for word in distinctive_strings(same):
+            assert word in visible, word
+    assert res.report["transforms"].get("dedupe", {}).get("count") == 1
+
+
 def test_large_outputs_may_keep_more_mentions_per_1k_tokens() -> None:
     ctx, _ = context(_mask_request())
     seg = segment_at(ctx, 3)

@@ -98,8 +98,9 @@ class MaskConfig(PassConfig):
     )
     shared_mentions: bool = Field(
         True,
-        description="Skip mentions another tool output or placeholder of the request still "
-        "shows; each string stays visible somewhere (older placeholders never change).",
+        description="Skip mentions another placeholder of the request already shows; each "
+        "string stays visible somewhere (adopted placeholders never change, while an output "
+        "in full may later become a pointer that shows none of its strings).",
     )
 
 

@@ -24,19 +24,19 @@ __all__ = ["MaskPass"]
 def _shown_words(
     ctx: PassContext, decided: Mapping[Path, Replacement], wanted: frozenset[str]
 ) -> Counter[str]:
-    """How many tool outputs show each string of ``wanted`` as the request stands: a
-    replacement's text where one was decided, else the output itself (a multiset, so
-    an output that is masked can take its own strings out). Only ``wanted`` is counted:
-    the pass asks about no other string, and counting every string of the history made
-    this the costliest step of a long session's request."""
+    """How many replacements show each string of ``wanted`` (a multiset). Only
+    replacements count: they never change once adopted, while an output still in full
+    may later become a note that shows none of its strings (a duplicate's pointer, a
+    superseded run's note), so a string it shows today may be gone tomorrow. Only
+    ``wanted`` is counted: the pass asks about no other string, and counting every
+    string of the history made this the costliest step of a long session's request."""
     shown: Counter[str] = Counter()
     for segment in ctx.segments:
         if segment.kind != "tool_output":
             continue
         rep = decided.get(segment.path)
-        shown.update(
-            wanted.intersection(distinctive_set(rep.text if rep is not None else segment.text))
-        )
+        if rep is not None:
+            shown.update(wanted.intersection(distinctive_set(rep.text)))
     return shown
 
 
@@ -85,9 +85,6 @@ class MaskPass:
             if ctx.tokens_to_save is not None and saved >= ctx.tokens_to_save:
                 break
             ref = ref_for(segment.text)
-            own = distinctive_set(segment.text)
-            if shown is not None:
-                shown.subtract(own)  # this output's own text is about to go
             cap = max(
                 self.digest.max_keywords,
                 int(segment.tokens * self.config.keywords_per_1k_tokens / 1000),
@@ -98,8 +95,6 @@ class MaskPass:
             text = body + "\n" + mentions_line(mentions) if mentions else body
             tokens = ctx.counter.count_text(text)
             if tokens > self.config.max_ratio * segment.tokens:
-                if shown is not None:
-                    shown.update(own)  # stays in full
                 continue
             if shown is not None:  # the placeholder shows its body and its mentions
                 shown.update(distinctive_set(body) | frozenset(mentions))
