@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -95,10 +96,26 @@ def test_session_key_tells_apart_tasks_behind_a_shared_demonstration() -> None:
     assert derive_session_key(parse(a)) != derive_session_key(parse(b))
 
 
-def test_session_key_survives_trimming_old_exchanges() -> None:
-    """Clients that drop the oldest exchanges keep the head: the key does not move."""
+_OTHER_CALL = {"id": "c0", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"content": "step 0, another attempt"},
+        {"tool_calls": [{**_OTHER_CALL, "function": {"name": "sh", "arguments": "{}"}}]},
+        {"tool_calls": [{**_OTHER_CALL, "function": {"name": "bash", "arguments": '{"a":1}'}}]},
+    ],
+)
+def test_session_key_tells_apart_runs_of_the_same_task(change: dict[str, object]) -> None:
+    """Two attempts at one task (same prompts) share no state once the agent replied:
+    they would undo each other's compaction steps. Before the reply they share the
+    prompts' key, when there is nothing to condense."""
     parse = get_adapter("openai.chat").parse
-    full = _chat(4)
-    messages = full["messages"]  # type: ignore[index]
-    trimmed = {**full, "messages": [*messages[:2], *messages[4:]]}  # type: ignore[misc]
-    assert derive_session_key(parse(full)) == derive_session_key(parse(trimmed))
+    a, b = _chat(3), _chat(3)
+    first_reply = b["messages"][2]  # type: ignore[index]
+    b["messages"][2] = {**first_reply, **change}  # type: ignore[index]
+    assert derive_session_key(parse(a)) != derive_session_key(parse(b))
+    head = {**a, "messages": a["messages"][:2]}  # type: ignore[index]
+    other_head = {**b, "messages": b["messages"][:2]}  # type: ignore[index]
+    assert derive_session_key(parse(head)) == derive_session_key(parse(other_head))
