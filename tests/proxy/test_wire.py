@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -75,30 +76,73 @@ async def test_compressed_answers_are_negotiated_by_the_proxy(make_proxy: ProxyF
             assert "gzip" in body["accept_encoding"]  # and the upstream still compressed
 
 
-async def test_gzip_request_bodies_arrive_decoded_and_unlabelled(proxy: Proxy) -> None:
-    raw = orjson.dumps(CHAT)
-    headers = {**AUTH, "Content-Encoding": "gzip"}
-    async with aiohttp.ClientSession() as session:
-        for path, mode in (("/chat/completions", "exact"), ("/chat/completions", "active"),
-                           ("/embeddings", "exact")):  # fmt: skip
-            async with session.post(
-                proxy.openai_url + path, data=gzip.compress(raw),
-                headers={**headers, "x-ctxwarden-mode": mode},
-            ) as resp:  # fmt: skip
-                await resp.read()
-            received = proxy.fake.received[-1]
-            assert received.path == "/v1" + path
-            assert received.body == raw
-            assert "content-encoding" not in {k.lower() for k in received.headers}
-            assert resp.status == (200 if path == "/chat/completions" else 404)
-        for path in ("/chat/completions", "/embeddings"):  # a body that is not gzip at all
-            before = len(proxy.fake.received)
-            async with session.post(
-                proxy.openai_url + path, data=b"not gzip", headers=headers
-            ) as resp:
-                assert resp.status == 400
-                assert "could not be read" in (await resp.json())["error"]["message"]
-            assert len(proxy.fake.received) == before
+@asynccontextmanager
+async def _recording_upstream() -> AsyncIterator[tuple[str, list[tuple[str, bytes, str]]]]:
+    """An upstream that records each request's path, raw body bytes (nothing decoded)
+    and ``Content-Encoding``, and answers a chat completion."""
+    seen: list[tuple[str, bytes, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(
+            (request.path, await request.read(), request.headers.get("Content-Encoding", ""))
+        )
+        return web.json_response({"id": "x", "object": "chat.completion", "choices": []})
+
+    async with _upstream({"/v1/chat/completions": record, "/v1/embeddings": record}) as url:
+        yield url, seen
+
+
+async def test_coded_request_bodies_are_forwarded_as_sent(make_proxy: ProxyFactory) -> None:
+    # whatever ctxwarden does not rewrite goes out byte for byte, codings included: a
+    # coding it cannot read (br here), a corrupt one, exact mode, nothing to condense
+    plain = orjson.dumps(CHAT)
+    cases = [
+        ("/chat/completions", "exact", "gzip", gzip.compress(plain)),
+        ("/chat/completions", "active", "gzip", gzip.compress(plain)),
+        ("/chat/completions", "active", "br", b"\x1b not really brotli"),
+        ("/chat/completions", "active", "gzip", b"not gzip at all"),
+        ("/embeddings", "exact", "gzip", gzip.compress(plain)),
+        ("/embeddings", "exact", "zstd", b"\x28\xb5\x2f\xfd not really zstd"),
+    ]
+    async with (
+        _recording_upstream() as (url, seen),
+        make_proxy(openai_upstream=url) as proxy,
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+        for path, mode, coding, body in cases:
+            headers = {**AUTH, "Content-Encoding": coding, "x-ctxwarden-mode": mode}
+            async with session.post(proxy.openai_url + path, data=body, headers=headers) as resp:
+                assert resp.status == 200, await resp.read()
+            assert seen[-1] == ("/v1" + path, body, coding)
+        reasons = [e.get("fallback_reason") for e in proxy.recorder.events if e["route"] == "chat"]
+        assert reasons[2] == "proxy: content-encoding 'br' not readable here"
+        assert reasons[3] == "proxy: content-encoding 'gzip': corrupt body"
+
+
+async def test_a_coded_body_is_read_for_condensing_and_a_rewrite_goes_out_plain(
+    make_proxy: ProxyFactory,
+) -> None:
+    # a reference in the request makes the proxy offer its recall tool: the body it
+    # sends is one it wrote, so it goes out as plain JSON without the client's coding
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "see cw:0123456789ab"}]}
+    async with (
+        _recording_upstream() as (url, seen),
+        make_proxy(openai_upstream=url) as proxy,
+        aiohttp.ClientSession() as session,
+    ):
+        for coding, body in (("gzip", gzip.compress(orjson.dumps(request))),
+                             ("gzip, identity", gzip.compress(orjson.dumps(request))),
+                             ("deflate", zlib.compress(orjson.dumps(request)))):  # fmt: skip
+            headers = {**AUTH, "Content-Encoding": coding}
+            async with session.post(proxy.openai_url + "/chat/completions", data=body,
+                                    headers=headers) as resp:  # fmt: skip
+                assert resp.status == 200
+            sent, sent_coding = seen[-1][1:]
+            assert sent_coding == ""
+            sent_json = orjson.loads(sent)
+            assert sent_json["messages"] == request["messages"]
+            assert sent_json["tools"][-1]["function"]["name"] == "ctxwarden_recall"
+            assert proxy.recorder.last(route="chat")["recall_injected"]
 
 
 async def test_head_keeps_the_upstream_content_length(proxy: Proxy) -> None:

@@ -6,8 +6,10 @@ held whole (file uploads can be far larger than anything worth condensing).
 The path of a condensed request: read the body up to ``max_body_bytes`` (past it,
 the bytes read so far and the rest of the stream are forwarded untouched) -> decide
 the mode (:mod:`ctxwarden.proxy.rollout`) -> exact: forward the original bytes ->
-otherwise parse (400 naming the JSON path when malformed; JSON that only the stdlib
-parser accepts, such as a lone surrogate escape, is forwarded as sent), condense on
+otherwise read it through its ``Content-Encoding`` (:mod:`ctxwarden.proxy.bodies`; a
+body it cannot read is forwarded as sent) and parse (400 naming the JSON path when
+malformed; JSON that only the stdlib parser accepts, such as a lone surrogate escape,
+is forwarded as sent), condense on
 the engine thread, send the rewrite in active mode or the original bytes in shadow /
 canary-out / fallback -> offer the recall tool when the outgoing request holds
 references -> relay. Any failure of ctxwarden itself sends the original bytes; only
@@ -29,6 +31,7 @@ from aiohttp import web
 from ctxwarden.config import Mode
 from ctxwarden.errors import MalformedRequest
 from ctxwarden.model.session import derive_session_key
+from ctxwarden.proxy.bodies import decode_body
 from ctxwarden.proxy.dialects import DIALECTS
 from ctxwarden.proxy.recall import REF_BYTES
 from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
@@ -57,7 +60,7 @@ def _upstream_url(state: ProxyState, family: Family, request: web.Request) -> st
     return origin.rstrip("/") + request.raw_path
 
 
-_UNREADABLE = "request body could not be read (bad Content-Encoding or cut off)"
+_UNREADABLE = "request body could not be read (cut off or badly framed)"
 
 
 class _BodyStream:
@@ -90,8 +93,9 @@ class _BodyStream:
 
 async def _read_capped(request: web.Request, cap: int) -> tuple[bytes, bool]:
     """``(body, True)`` for a body of at most ``cap`` bytes; ``(head, False)`` past
-    the cap, where ``head`` is what was read and the rest is still unread. Raises
-    ``web.RequestPayloadError`` when the client's body cannot be decoded."""
+    the cap, where ``head`` is what was read and the rest is still unread (bytes as
+    sent: the server decodes no coding). Raises ``web.RequestPayloadError`` when the
+    client's body is cut off or badly framed."""
     if request.content_length is not None and request.content_length > cap:
         return b"", False
     parts: list[bytes] = []
@@ -114,7 +118,7 @@ async def _stream_through(
         record.set(bytes_before=0, bytes_after=0)
         return await relay(ex, None, record)
     stream = _BodyStream(request, head)
-    length = None if ex.decoded else request.content_length
+    length = request.content_length
     try:
         return await relay(ex, stream, record, length)
     except UpstreamError:
@@ -201,24 +205,24 @@ async def handle_condensed(request: web.Request) -> web.StreamResponse:
     record = RequestRecord(route, request.method)
     cap = state.settings.max_body_bytes
     try:
-        body, complete = await _read_capped(request, cap)
+        raw, complete = await _read_capped(request, cap)
     except web.RequestPayloadError:
         return await _run(request, record, family, _unreadable(family))
     if not complete:
         ex = Exchange(state, request, _upstream_url(state, family, request))
         record.set(api=api, fallback_reason=f"limit: body over {cap} bytes", fallbacks=1)
-        return await _run(request, record, family, _stream_through(ex, record, family, body))
-    return await _run(
-        request, record, family, _condensed(request, state, api, family, body, record)
-    )
+        return await _run(request, record, family, _stream_through(ex, record, family, raw))
+    return await _run(request, record, family, _condensed(request, state, api, family, raw, record))
 
 
 async def _condensed(
-    request: web.Request, state: ProxyState, api: str, family: Family, body: bytes,
+    request: web.Request, state: ProxyState, api: str, family: Family, raw: bytes,
     record: RequestRecord,
 ) -> web.StreamResponse:  # fmt: skip
+    """Condense and relay one request; ``raw`` is the body as the client sent it, and
+    every path that does not rewrite it forwards exactly those bytes."""
     ex = Exchange(state, request, _upstream_url(state, family, request))
-    record.set(api=api, bytes_before=len(body), bytes_after=len(body))
+    record.set(api=api, bytes_before=len(raw), bytes_after=len(raw))
     wanted = header_mode(request.headers.get("x-ctxwarden-mode"))
     server_mode: Mode = state.settings.mode or state.engine.config.mode
     quick = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
@@ -226,20 +230,28 @@ async def _condensed(
     if quick.mode == "exact":
         record.mode = "exact"
         record.set(rollout_reason=quick.reason)
-        return await relay(ex, body, record)
+        return await relay(ex, raw, record)
+    decoded = decode_body(
+        raw, request.headers.get("Content-Encoding"), state.settings.max_body_bytes
+    )
+    if decoded.data is None:
+        record.set(fallback_reason=f"proxy: {decoded.reason}", fallbacks=1)
+        return await relay(ex, raw, record)
+    body = decoded.data
+    record.set(bytes_before=len(body), bytes_after=len(body))
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         if not await _stdlib_parses_object(body):
             return _error(family, 400, f"request body is not valid JSON: {exc}", param="")
         record.set(fallback_reason=_STDLIB_ONLY, fallbacks=1)
-        return await relay(ex, body, record)
+        return await relay(ex, raw, record)
     if not isinstance(parsed, dict):
         return _error(family, 400, "request body must be a JSON object at /", param="")
     if _LONG_DIGITS in body.translate(_DIGITS_AS_ZERO) and await _has_wide_integer(body):
         # orjson reads an integer past 64 bits as a float: a rewrite would change it
         record.set(fallback_reason=_WIDE_INTEGER, fallbacks=1)
-        return await relay(ex, body, record)
+        return await relay(ex, raw, record)
     tenant = state.tenants.for_headers(request.headers)
     session = request.headers.get("x-ctxwarden-session") or None
     loop = asyncio.get_running_loop()
@@ -261,7 +273,7 @@ async def _condensed(
     if failure is not None or result is None:
         record.level = "error"
         record.set(fallback_reason=f"proxy: {failure}", fallbacks=1)
-        return await relay(ex, body, record)
+        return await relay(ex, raw, record)
     report = result.report
     _report_fields(record, report)
     out, outgoing = body, parsed
@@ -269,6 +281,8 @@ async def _condensed(
         outgoing = result.request
         out = orjson.dumps(outgoing)
     record.set(bytes_after=len(out))
+    # from here on a body ctxwarden wrote goes out plain: the client's coding is dropped
+    ex.decoded = decoded.coded
     if decision.mode == "active" and state.settings.max_recall_rounds and REF_BYTES.search(out):
         injected = DIALECTS[api].inject(outgoing)
         if injected is not None:
@@ -276,6 +290,9 @@ async def _condensed(
             stream = bool(parsed.get("stream"))
             data = orjson.dumps(injected)
             return await relay_with_recall(ex, api, injected, data, tenant, record, stream)
+    if out is body:
+        ex.decoded = False
+        return await relay(ex, raw, record)
     return await relay(ex, out, record)
 
 

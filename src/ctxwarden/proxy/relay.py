@@ -50,30 +50,11 @@ from ctxwarden.proxy.upstream import (
     translate_read_error,
 )
 
-__all__ = ["ClientGone", "Exchange", "body_was_decoded", "relay", "relay_with_recall"]
+__all__ = ["ClientGone", "Exchange", "relay", "relay_with_recall"]
 
 
 class ClientGone(Exception):
     """The client disconnected while we were writing to it."""
-
-
-SERVER_DECODED_CODINGS = frozenset({"gzip", "deflate", "br", "zstd"})
-"""The content codings aiohttp's request parser decodes (``auto_decompress``)."""
-
-
-def body_was_decoded(request: web.Request) -> bool:
-    """Whether aiohttp's server content-decoded the request body (gzip, deflate, ...).
-
-    The parser decodes exactly the codings it records on the message, so the body
-    the handler reads is no longer what ``Content-Encoding`` describes. That record is
-    not public API: should a later aiohttp drop it, the answer comes from the header
-    and the codings the parser is known to decode.
-    """
-    message = getattr(request, "_message", None)
-    if message is not None and hasattr(message, "compression"):
-        return message.compression is not None
-    coding = request.headers.get("Content-Encoding", "").strip().lower()
-    return coding in SERVER_DECODED_CODINGS
 
 
 class Exchange:
@@ -83,7 +64,9 @@ class Exchange:
         self.state = state
         self.request = request
         self.url = url
-        self.decoded = body_was_decoded(request)
+        self.decoded = False
+        """Whether the body sent is one ctxwarden decoded or wrote: the client's
+        ``Content-Encoding`` then no longer describes it and is not forwarded."""
 
     def open(self, body: Body, length: int | None = None) -> Any:
         """The upstream request (an async context manager, see ``Upstream.open``)."""

@@ -32,7 +32,11 @@ class RunningServer:
         self.app = app
         self.host = host
         self.port = port
-        self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # bodies are read as sent: forwarded requests keep their codings byte for byte,
+        # and the condensed routes decode what they can read (ctxwarden.proxy.bodies)
+        self.runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, auto_decompress=False
+        )
 
     @property
     def url(self) -> str:

@@ -9,8 +9,9 @@ Contract:
   ``Content-Length`` (recomputed, or given for a streamed body of known length), the
   proxy's own ``x-ctxwarden-*`` and ``Accept-Encoding``: the proxy reads and relays
   decoded bodies, so aiohttp asks only for the codings it can decode (the client's
-  list may name ``br``/``zstd`` that it cannot). ``Content-Encoding`` is dropped too
-  when the proxy's server already decoded the body (it is forwarded decoded).
+  list may name ``br``/``zstd`` that it cannot). A request body goes out as the client
+  sent it, ``Content-Encoding`` included, unless ctxwarden decoded or wrote it: then
+  the coding no longer describes it and is dropped.
   Credentials pass through as they came and are never logged.
 - A request body is ``bytes``, an async iterable of chunks (streamed, never held
   whole) or ``None``.

@@ -1,0 +1,77 @@
+"""Reading a condensed route's request body through its ``Content-Encoding``.
+
+The proxy's server does not decode bodies itself: every body is forwarded as the client
+sent it, codings and all, unless ctxwarden rewrites it. To condense a request the proxy
+reads it through its codings: ``gzip`` and ``deflate``, inflated at most to ``limit``
+bytes. Whatever it cannot read - another coding (``br``, ``zstd``: their decoders take
+no output limit, so a small body could inflate without bound), a corrupt stream, more
+than ``limit`` bytes - is not an error of the request: it is forwarded untouched, and
+the upstream decides.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+__all__ = ["DecodedBody", "decode_body"]
+
+_GZIP_OR_ZLIB = 32 + zlib.MAX_WBITS
+"""``wbits`` that accept a gzip or a zlib header (auto-detected)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBody:
+    """The body as JSON bytes, or why it could not be read (``data`` is ``None``)."""
+
+    data: bytes | None
+    coded: bool
+    """Whether the client's body carried a coding (a rewrite is then sent decoded)."""
+    reason: str | None = None
+
+
+def _zlib(data: bytes, limit: int, wbits: int) -> bytes:
+    decoder = zlib.decompressobj(wbits)
+    out = decoder.decompress(data, limit + 1)  # never inflated past the limit
+    if len(out) > limit:
+        return out  # the caller reports the limit
+    if not decoder.eof or decoder.unused_data:
+        raise ValueError("truncated or trailing data")
+    return out
+
+
+def _deflate(data: bytes, limit: int) -> bytes:
+    try:  # zlib-wrapped, as the HTTP spec means it
+        return _zlib(data, limit, zlib.MAX_WBITS)
+    except (zlib.error, ValueError):  # raw deflate, as some clients send it
+        return _zlib(data, limit, -zlib.MAX_WBITS)
+
+
+def _decode_one(coding: str, data: bytes, limit: int) -> bytes | str:
+    """``data`` decoded from ``coding``, or why not (a string)."""
+    try:
+        if coding in ("gzip", "x-gzip"):
+            return _zlib(data, limit, _GZIP_OR_ZLIB)
+        if coding == "deflate":
+            return _deflate(data, limit)
+    except (zlib.error, ValueError):
+        return f"content-encoding {coding!r}: corrupt body"
+    return f"content-encoding {coding!r} not readable here"
+
+
+def decode_body(raw: bytes, content_encoding: str | None, limit: int) -> DecodedBody:
+    """``raw`` read through ``content_encoding`` (codings applied in the order listed,
+    so undone last to first), at most ``limit`` bytes decoded."""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    codings = [c for c in codings if c != "identity"]
+    if not codings:
+        return DecodedBody(raw, coded=False)
+    data = raw
+    for coding in reversed(codings):
+        decoded = _decode_one(coding, data, limit)
+        if isinstance(decoded, str):
+            return DecodedBody(None, coded=True, reason=decoded)
+        if len(decoded) > limit:
+            return DecodedBody(None, coded=True, reason=f"limit: body over {limit} bytes")
+        data = decoded
+    return DecodedBody(data, coded=True)
