@@ -1,19 +1,34 @@
-"""Helpers shared by CLI commands: engine construction and JSON output."""
+"""Helpers shared by CLI commands: engine and store construction and JSON output."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.console import Console
 
-from ctxwarden.config import EngineConfig, load_config
+from ctxwarden.config import EngineConfig, StoreConfig, load_config
 from ctxwarden.engine import Engine
+from ctxwarden.errors import StoreError
+from ctxwarden.io import dump_json
+from ctxwarden.store import default_data_dir
 
-__all__ = ["CliConsole", "add_engine_options", "engine_from_args", "print_json"]
+__all__ = [
+    "CliConsole",
+    "add_engine_options",
+    "engine_from_args",
+    "non_negative_float",
+    "non_negative_int",
+    "positive_seconds",
+    "print_json",
+    "store_errors",
+]
 
 
 class CliConsole(Console):
@@ -28,6 +43,40 @@ class CliConsole(Console):
         raise BrokenPipeError
 
 
+def _number(text: str, kind: type[int] | type[float]) -> float:
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (0 or more)")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a number, 0 or more (infinity included)."""
+    value = _number(text, float)
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative (0 or more)")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    value = _number(text, float)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds above 0")
+    return value
+
+
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML config file")
     parser.add_argument("--preset", help="conservative | balanced | aggressive")
@@ -35,7 +84,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="store directory (default ~/.local/share/ctxwarden)")
 
 
-def engine_from_args(args: argparse.Namespace, **overrides: Any) -> Engine:
+def engine_from_args(
+    args: argparse.Namespace, *, open_store: bool = False, **overrides: Any
+) -> Engine:
+    """The engine the options describe (an invalid config is a
+    :class:`~ctxwarden.errors.ConfigError`). ``open_store``: open its store now, so a
+    store that cannot be opened is an error of the command (the engine opens it on first
+    use, and falls back to the original request when that fails)."""
     config = load_config(args.config) if getattr(args, "config", None) else EngineConfig()
     update: dict[str, Any] = dict(overrides)
     if getattr(args, "preset", None):
@@ -46,9 +101,38 @@ def engine_from_args(args: argparse.Namespace, **overrides: Any) -> Engine:
         update["data_dir"] = args.data_dir
     if update:
         config = EngineConfig.model_validate({**config.model_dump(), **update})
-    return Engine(config)
+    engine = Engine(config)
+    if open_store:
+        with store_errors(config.store, config.data_dir):
+            _ = engine.store
+    return engine
+
+
+@contextmanager
+def store_errors(config: StoreConfig, data_dir: str | None) -> Iterator[None]:
+    """Around opening the store of ``config`` in ``data_dir``: a SQLite store whose
+    folder cannot be made or whose file cannot be opened is a :class:`StoreError`
+    naming the folder or file."""
+    try:
+        yield
+    except (OSError, StoreError) as exc:
+        if config.backend != "sqlite":
+            raise
+        folder = Path(data_dir) if data_dir else default_data_dir()
+        path = Path(config.path) if config.path else folder / "store.sqlite3"
+        where = "store folder" if config.path else "data dir"
+        name = getattr(exc, "filename", None) or path.parent
+        if isinstance(exc, FileExistsError):  # made over a file
+            message = f"{where} {name}: not a directory"
+        elif isinstance(exc, OSError):
+            message = f"cannot create the {where} {name}: {exc.strerror or exc}"
+        else:
+            message = f"{path}: {exc}"
+        raise StoreError(message) from exc
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    """``obj`` as indented JSON on stdout, every value as it was read (see
+    :func:`ctxwarden.io.dump_json`)."""
+    sys.stdout.buffer.write(dump_json(obj, indent=True) + b"\n")
     sys.stdout.flush()

@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from ctxwarden.cli.common import CliConsole, add_engine_options, engine_from_args, print_json
-from ctxwarden.io import bundled_sessions, guess_api, load_request
+from ctxwarden.io import bundled_sessions, dump_json, guess_api, load_request
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.parts import ToolResultPart
 from ctxwarden.replay import DEFAULT_BASELINES, print_table, run_replay
@@ -42,8 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_demo)
 
 
-def _request(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    request = load_request(args.file)
+def _request(args: argparse.Namespace, *, exact: bool = False) -> tuple[dict[str, Any], str]:
+    request = load_request(args.file, exact=exact)
     api = args.api or guess_api(request)
     if getattr(args, "model", None) and isinstance(request, dict):
         request = {**request, "model": args.model}
@@ -51,19 +51,17 @@ def _request(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _condense(args: argparse.Namespace) -> int:
-    request, api = _request(args)
-    engine = engine_from_args(args)
+    request, api = _request(args, exact=True)  # printed back: every value as sent
+    # the store is opened before condensing: one that cannot be opened (or an invalid
+    # [store] table) is an error here, where the engine would fall back silently
+    engine = engine_from_args(args, open_store=True)
     try:
         result = engine.condense(request, api=api)
     finally:
         engine.close()
     print_json(result.request)
     if args.report:
-        import sys
-
-        import orjson
-
-        sys.stderr.write(orjson.dumps(result.report).decode() + "\n")
+        sys.stderr.write(dump_json(result.report).decode() + "\n")
     return 0
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ctxwarden.cli.common import CliConsole
+from ctxwarden.cli.common import CliConsole, non_negative_float, non_negative_int
 from ctxwarden.config import config_error
 from ctxwarden.io import bundled_sessions
 from ctxwarden.replay.gates import Gates, check_gates, load_gates
@@ -45,12 +45,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     p.add_argument("--strict", action="store_true", help="exit 1 when a gate fails")
     p.add_argument("--gates", metavar="FILE", help="TOML with a [gates] table")
-    p.add_argument("--idle-gap", type=float, metavar="S", help="cache expires after S seconds")
-    p.add_argument("--turn-seconds", type=float, metavar="S", help="assumed gap between turns")
+    p.add_argument(
+        "--idle-gap", type=non_negative_float, metavar="S", help="cache expires after S seconds"
+    )
+    p.add_argument(
+        "--turn-seconds", type=non_negative_float, metavar="S", help="assumed gap between turns"
+    )
     p.add_argument(
         "--max-sessions", type=_at_least_one, metavar="N", help="replay the first N only"
     )
-    p.add_argument("--worst", type=int, default=8, metavar="N", help="worst sessions shown")
+    p.add_argument(
+        "--worst", type=non_negative_int, default=8, metavar="N", help="worst sessions shown"
+    )
     p.add_argument("--trace-memory", action="store_true", help="tracemalloc peak per condense")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(

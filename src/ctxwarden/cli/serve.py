@@ -11,9 +11,12 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import math
 import os
+from collections.abc import Callable
 from typing import Any
 
+from ctxwarden.cli.common import positive_seconds
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.errors import ConfigError
 
@@ -35,6 +38,12 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+_SERVE_TYPES: dict[str, Callable[[str], Any]] = {"--read-timeout": positive_seconds}
+"""Flags checked when parsed (their variables: by :func:`settings_from_args`)."""
+
+_FAKE_PORT = 9000
+
+
 def _env_name(flag: str) -> str:
     return "CTXWARDEN_" + flag.lstrip("-").replace("-", "_").upper()
 
@@ -42,7 +51,12 @@ def _env_name(flag: str) -> str:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the condensing proxy (OpenAI and Anthropic APIs)")
     for flag, help_text, default in _SERVE_OPTIONS:
-        p.add_argument(flag, default=None, help=f"{help_text} [{_env_name(flag)}; {default}]")
+        p.add_argument(
+            flag,
+            default=None,
+            type=_SERVE_TYPES.get(flag, str),
+            help=f"{help_text} [{_env_name(flag)}; {default}]",
+        )
     p.add_argument(
         "--fake-upstream",
         action="store_true",
@@ -53,8 +67,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_serve)
 
     p = sub.add_parser("fake-upstream", help="run the scripted fake OpenAI/Anthropic upstream")
-    p.add_argument("--host", default=os.environ.get("CTXWARDEN_FAKE_HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("CTXWARDEN_FAKE_PORT", 9000)))
+    # the variables are read when the command runs: a bad one fails this command only
+    p.add_argument("--host", help="interface to bind [CTXWARDEN_FAKE_HOST; 127.0.0.1]")
+    p.add_argument("--port", help=f"port to bind [CTXWARDEN_FAKE_PORT; {_FAKE_PORT}]")
     p.add_argument("--text", help="the answer text of every reply")
     p.set_defaults(handler=_fake_upstream)
 
@@ -86,6 +101,9 @@ def settings_from_args(
         config = EngineConfig.model_validate(
             {**config.model_dump(), "data_dir": values["--data-dir"]}
         )
+    timeout = values["--read-timeout"]
+    if not (math.isfinite(timeout) and timeout > 0):  # the flag's is checked when parsed
+        raise ConfigError(f"{timeout} is not a number of seconds above 0", "read_timeout")
     settings = ProxySettings(
         host=values["--host"],
         port=values["--port"],
@@ -139,11 +157,29 @@ async def _run_proxy(
             await fake.stop()
 
 
+def _tcp_port(text: str, key: str) -> int:
+    """``text`` as a TCP port (as ``serve`` checks its port); ``key`` names it."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise ConfigError(f"not a number: {text!r}", key) from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{port} is not a TCP port (0-65535)", key)
+    return port
+
+
 def _fake_upstream(args: argparse.Namespace) -> int:
     from ctxwarden.proxy.fake_upstream import run_fake_upstream
 
+    host = args.host if args.host is not None else os.environ.get("CTXWARDEN_FAKE_HOST")
+    if args.port is not None:
+        port = _tcp_port(args.port, "port")
+    else:
+        port = _tcp_port(
+            os.environ.get("CTXWARDEN_FAKE_PORT", str(_FAKE_PORT)), "CTXWARDEN_FAKE_PORT"
+        )
     try:
-        asyncio.run(run_fake_upstream(args.host, args.port, args.text))
+        asyncio.run(run_fake_upstream(host or "127.0.0.1", port, args.text))
     except KeyboardInterrupt:
         return 0
     return 0

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from rich.table import Table
 
-from ctxwarden.cli.common import CliConsole, print_json
+from ctxwarden.cli.common import CliConsole, print_json, store_errors
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.errors import ConfigError
@@ -68,7 +68,9 @@ def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
             f"{config.store.path}; give one of them",
             "store.path",
         )
-    store = open_store(config.store, args.data_dir or config.data_dir)
+    data_dir = args.data_dir or config.data_dir
+    with store_errors(config.store, data_dir):
+        store = open_store(config.store, data_dir)
     try:
         yield config, store
     finally:

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from ctxwarden.config import Mode
 from ctxwarden.errors import MalformedRequest
+from ctxwarden.io import may_hold_wide_integer
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.proxy.bodies import decode_body
 from ctxwarden.proxy.dialects import DIALECTS
@@ -248,7 +249,7 @@ async def _condensed(
         return await relay(ex, raw, record)
     if not isinstance(parsed, dict):
         return _error(family, 400, "request body must be a JSON object at /", param="")
-    if _LONG_DIGITS in body.translate(_DIGITS_AS_ZERO) and await _has_wide_integer(body):
+    if may_hold_wide_integer(body) and await _has_wide_integer(body):
         # orjson reads an integer past 64 bits as a float: a rewrite would change it
         record.set(fallback_reason=_WIDE_INTEGER, fallbacks=1)
         return await relay(ex, raw, record)
@@ -298,12 +299,6 @@ async def _condensed(
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"
 _WIDE_INTEGER = "proxy: an integer past 64 bits (forwarded as sent)"
-_DIGITS_AS_ZERO = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
-_LONG_DIGITS = b"0" * 19
-"""A run of 19 digits (found on the body with every digit made ``0``: a tenth of a
-millisecond for 165 KB, where a regex takes 1.6 ms) is the only way an integer past
-64 bits can appear; only then is the body read again by the stdlib, which keeps
-integers exact."""
 
 
 def _wide(node: Any) -> bool:

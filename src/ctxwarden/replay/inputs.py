@@ -139,6 +139,9 @@ def iter_sessions(files: Sequence[Path]) -> Iterator[tuple[int, ReplaySession]]:
                 session = _from_session_file(path)
             except ReplayError:
                 raise
-            except CtxwardenError as exc:  # name the file among hundreds
-                raise ReplayError(f"{path}: {exc}") from exc
+            except CtxwardenError as exc:  # name the file among hundreds (once)
+                message = str(exc)
+                if not message.startswith(f"{path}: "):
+                    message = f"{path}: {message}"
+                raise ReplayError(message) from exc
             yield index, session

@@ -41,7 +41,8 @@ def recall_text(store: Store, ref: str, lines: str | None = None, *, tenant: str
     numbered = text.split("\n")  # numbered as the placeholders number them
     if start > len(numbered):
         raise RequestError(
-            f"line range {_lines_spec(start, end)} is past the end: {ref} has {len(numbered)} lines"
+            f"line range {_lines_spec(start, end)} is past the end: {ref} has "
+            f"{len(numbered)} line{'' if len(numbered) == 1 else 's'}"
         )
     return "\n".join(numbered[start - 1 : end])
 

@@ -1,0 +1,197 @@
+"""Failures the CLI used to hide (exit 0) or show as a traceback: one line naming what
+and where, a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.cli import build_parser, main
+from ctxwarden.cli.serve import settings_from_args
+from ctxwarden.engine import DEFAULT_TENANT
+from ctxwarden.errors import ConfigError
+from ctxwarden.store import SqliteStore
+
+REQUEST = '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run the CLI; assert exit 2, nothing on stdout, one error line and no traceback."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error:" in lines[0]
+    return lines[0]
+
+
+def _usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """An argparse error: exit 2, its message on stderr."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+@pytest.fixture
+def request_file(tmp_path: Path) -> Path:
+    path = tmp_path / "request.json"
+    path.write_text(REQUEST)
+    return path
+
+
+def _not_a_directory(tmp_path: Path) -> tuple[list[str], str]:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    return ["--data-dir", str(afile)], f"data dir {afile}: not a directory"
+
+
+def _under_a_file(tmp_path: Path) -> tuple[list[str], str]:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    return ["--data-dir", str(afile / "sub")], f"data dir {afile / 'sub'}: Not a directory"
+
+
+def _not_sqlite(tmp_path: Path) -> tuple[list[str], str]:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "store.sqlite3").write_text("not a database, " * 100)
+    return ["--data-dir", str(folder)], f"{folder / 'store.sqlite3'}: sqlite store failed"
+
+
+def _redis_without_url(tmp_path: Path) -> tuple[list[str], str]:
+    config = tmp_path / "redis.toml"
+    config.write_text('[store]\nbackend = "redis"\n')
+    return ["--config", str(config)], "store.url: the redis store needs a url"
+
+
+Broken = Callable[[Path], tuple[list[str], str]]
+STORES: list[Broken] = [_not_a_directory, _under_a_file, _not_sqlite, _redis_without_url]
+
+
+@pytest.mark.parametrize("broken", STORES)
+def test_condense_fails_when_the_store_cannot_be_opened(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, request_file: Path, broken: Broken
+) -> None:
+    """Not the original request with exit 0 (the engine's silent fallback)."""
+    flags, message = broken(tmp_path)
+    line = _fails(capsys, ["condense", str(request_file), *flags])
+    assert line.startswith("ctxwarden condense: error: ") and message in line
+
+
+@pytest.mark.parametrize("broken", STORES[:3])
+def test_store_commands_name_the_store_that_cannot_be_opened(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, broken: Broken
+) -> None:
+    flags, message = broken(tmp_path)
+    line = _fails(capsys, ["store", "stats", *flags])
+    assert message in line and "Errno" not in line
+
+
+def test_the_engine_itself_still_falls_back(tmp_path: Path) -> None:
+    """The library keeps its contract (the proxy relies on it): no raise, the original."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    engine = Engine(EngineConfig(data_dir=str(afile)))
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    result = engine.condense(request)
+    engine.close()
+    assert result.request == request and result.report["fallbacks"] == 1
+
+
+@pytest.mark.parametrize("command", ["condense", "inspect", "condense --api openai.chat"])
+def test_messages_that_are_not_a_list(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    request = tmp_path / "m5.json"
+    request.write_text('{"model": "gpt-4o", "messages": 5}')
+    name, *flags = command.split()
+    line = _fails(capsys, [name, str(request), *flags, "--data-dir", str(tmp_path)])
+    assert "expected an array" in line and "/messages" in line
+
+
+def test_a_replay_log_line_whose_messages_are_not_a_list(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"model": "gpt-4o", "messages": 5}\n')
+    line = _fails(capsys, ["replay", str(log), "--quiet", "--no-baselines"])
+    assert str(log) in line and "expected an array" in line and "/messages" in line
+
+
+def test_a_block_type_that_is_not_a_string_is_not_a_crash(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    request = tmp_path / "odd.json"
+    request.write_text(
+        '{"model": "gpt-4o", "messages": [{"role": "user", "content": [{"type": [1]}]}]}'
+    )
+    assert main(["condense", str(request), "--data-dir", str(tmp_path)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_fake_upstream_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _fails(capsys, ["fake-upstream", "--port", "99999"])
+    assert "port: 99999 is not a TCP port" in line
+
+
+def test_a_bad_fake_port_variable_fails_only_fake_upstream(
+    capsys: pytest.CaptureFixture[str], request_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXWARDEN_FAKE_PORT", "abc")
+    data = str(request_file.parent / "data")
+    assert main(["condense", str(request_file), "--mode", "exact", "--data-dir", data]) == 0
+    capsys.readouterr()
+    line = _fails(capsys, ["fake-upstream"])
+    assert "CTXWARDEN_FAKE_PORT" in line and "'abc'" in line
+    monkeypatch.setenv("CTXWARDEN_FAKE_PORT", "70000")
+    assert "CTXWARDEN_FAKE_PORT: 70000" in _fails(capsys, ["fake-upstream"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["replay", "--idle-gap", "-5"], "--idle-gap"),
+        (["replay", "--idle-gap", "nan"], "--idle-gap"),
+        (["replay", "--turn-seconds", "-1"], "--turn-seconds"),
+        (["replay", "--worst", "-1"], "--worst"),
+        (["serve", "--read-timeout", "-1"], "--read-timeout"),
+        (["serve", "--read-timeout", "0"], "--read-timeout"),
+    ],
+)
+def test_negative_values_are_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str
+) -> None:
+    line = _usage_error(capsys, argv)
+    assert f"error: argument {flag}: " in line
+
+
+def test_a_negative_read_timeout_variable_is_refused() -> None:
+    args = build_parser().parse_args(["serve"])
+    with pytest.raises(ConfigError, match="read_timeout"):
+        settings_from_args(args, {"CTXWARDEN_READ_TIMEOUT": "-1"})
+
+
+def test_a_replay_file_that_is_not_json_is_named_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bj.json"
+    bad.write_text("nope")
+    line = _fails(capsys, ["replay", str(bad), "--quiet", "--no-baselines"])
+    assert line.count(str(bad)) == 1 and f"{bad}: not JSON" in line
+
+
+def test_recall_past_the_end_of_a_one_line_original(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    ref = store.put(DEFAULT_TENANT, "one line")
+    store.close()
+    argv = ["recall", ref, "--lines", "5", "--data-dir", str(tmp_path)]
+    line = _fails(capsys, argv)
+    assert line.endswith(f"{ref} has 1 line")
