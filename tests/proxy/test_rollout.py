@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from ctxwarden.proxy import ADMIN_PATH, KillSwitch, canary_bucket
-from ctxwarden.proxy.rollout import decide
+from ctxwarden.proxy.rollout import decide, header_mode
 from ctxwarden.proxy.server import install_kill_switch_signal
 from tests.proxy.conftest import KEY_A, ProxyFactory
 
@@ -124,3 +124,18 @@ async def test_sigusr1_toggles_the_kill_switch(make_proxy: ProxyFactory) -> None
             assert not proxy.state.kill_switch.engaged
         finally:
             loop.remove_signal_handler(signal.SIGUSR1)
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [
+        (None, None),
+        ("active", "active"),
+        (" Shadow ", "shadow"),
+        ("EXACT", "exact"),
+        ("activ", "exact"),
+        ("", "exact"),
+    ],
+)
+def test_a_header_naming_no_mode_means_exact(value: str | None, mode: str | None) -> None:
+    assert header_mode(value) == mode

@@ -3,7 +3,8 @@
 Order of precedence (first match wins):
 
 1. kill switch on -> ``exact`` (reason ``kill_switch``);
-2. header ``x-ctxwarden-mode: active|shadow|exact`` -> that mode (``header``);
+2. header ``x-ctxwarden-mode: active|shadow|exact`` -> that mode (``header``; a value
+   naming no mode counts as ``exact``);
 3. the server mode; when it is ``active`` and ``canary_percent < 100`` the session
    key buckets the request: buckets below the percentage run ``active``
    (``canary_in``), the rest run ``shadow`` and are logged ``canary_out``.
@@ -57,14 +58,16 @@ def canary_bucket(session: str) -> int:
 
 
 def header_mode(value: str | None) -> Mode | None:
-    """A valid ``x-ctxwarden-mode`` value, else ``None`` (invalid values are ignored)."""
+    """The ``x-ctxwarden-mode`` a client asked for (``None`` when it sent none). A value
+    that names no mode means ``exact``: the client asked for something, and a typo must
+    never condense a request its client meant to protect."""
     if value is None:
         return None
     lowered = value.strip().lower()
     for mode in _MODES:
         if lowered == mode:
             return mode
-    return None
+    return "exact"
 
 
 def decide(
