@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from ctxwarden.errors import ConfigError
 
@@ -68,7 +68,7 @@ class EngineConfig(_Strict):
     budget: BudgetConfig = BudgetConfig()
     store: StoreConfig = StoreConfig()
     data_dir: str | None = Field(None, description="Default ~/.local/share/ctxwarden.")
-    include_contents_in_report: bool = Field(
+    include_contents_in_report: StrictBool = Field(
         False,
         description="Add the rewritten texts to the report (``contents``: JSON pointer and "
         "text of each); off by default, so reports and logs hold no message contents.",

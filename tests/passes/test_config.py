@@ -157,3 +157,18 @@ def test_build_passes_follows_order_and_enabled() -> None:
     assert build_passes(off) == []
     aggressive = build_passes(PRESETS["aggressive"])
     assert [p.name for p in aggressive] == list(PRESETS["aggressive"].order)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"tools": {"bash": {"exclude": "yes"}}}, "pipeline.tools.bash.exclude"),
+        ({"mask": {"enabled": 1}}, "pipeline.mask.enabled"),
+        ({"normalize": {"minify_json": "false"}}, "pipeline.normalize.minify_json"),
+    ],
+)
+def test_switches_take_true_or_false_only(overrides: dict[str, Any], key: str) -> None:
+    # "yes", 1 or "false" would be read as some boolean: a switch is written true / false
+    with pytest.raises(ConfigError) as caught:
+        resolve_pipeline("balanced", overrides)
+    assert key in str(caught.value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from ctxwarden.tokens.budget import Band
 
@@ -23,7 +23,7 @@ class PassConfig(BaseModel):
     """Settings every pass has: on/off, a size threshold and a pressure condition."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    enabled: bool = True
+    enabled: StrictBool = True
     min_tokens: int = Field(40, ge=0, description="Segments smaller than this are left alone.")
     min_band: Band | None = Field(
         None, description="Run only when the request's pressure band is at least this."
@@ -46,7 +46,9 @@ class SupersedeConfig(PassConfig):
     """Outputs made stale by a newer run of the same action (lossless via reference)."""
 
     keep_newest: int = Field(1, ge=1, le=20, description="Attempts of one action kept in full.")
-    file_reads: bool = Field(True, description="A later full read of a file supersedes earlier.")
+    file_reads: StrictBool = Field(
+        True, description="A later full read of a file supersedes earlier."
+    )
 
 
 class NormalizeConfig(PassConfig):
@@ -54,7 +56,7 @@ class NormalizeConfig(PassConfig):
 
     min_saving_tokens: int = Field(32, ge=0)
     repeat_run: int = Field(4, ge=2, description="Identical consecutive lines collapsed from.")
-    minify_json: bool = True
+    minify_json: StrictBool = True
 
 
 class MaskConfig(PassConfig):
@@ -96,7 +98,7 @@ class MaskConfig(PassConfig):
     max_ratio: float = Field(
         0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
     )
-    shared_mentions: bool = Field(
+    shared_mentions: StrictBool = Field(
         True,
         description="Skip mentions another placeholder of the request already shows; each "
         "string stays visible somewhere (adopted placeholders never change, while an output "
@@ -131,6 +133,6 @@ class TruncateConfig(PassConfig):
 class SummarizeConfig(PassConfig):
     """Deterministic extractive condensation of old message text (and tool outputs)."""
 
-    enabled: bool = False
+    enabled: StrictBool = False
     min_tokens: int = Field(300, ge=0)
     keep_sentences: int = Field(2, ge=1, le=20)

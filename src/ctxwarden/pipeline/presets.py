@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from ctxwarden.config import config_error
 from ctxwarden.errors import ConfigError
@@ -110,8 +110,8 @@ class ToolPolicy(_Strict):
     """A per-tool override: keep the tool's outputs (``exclude``), reduce old ones to a
     stub (``suppress``), or change the size threshold."""
 
-    exclude: bool = False
-    suppress: bool = False
+    exclude: StrictBool = False
+    suppress: StrictBool = False
     min_tokens: int | None = Field(None, ge=0)
 
 
