@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from ctxwarden.proxy import RunningServer
+from ctxwarden.telemetry import EVENT_FIELDS
 from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -225,6 +226,9 @@ async def test_a_cut_off_stream_fails_for_the_client(
         assert event.get("recall_injected", False) is recall
         timeout = upstream is _stalls_mid_stream
         assert event["error_type"] == ("UpstreamTimeout" if timeout else "UpstreamUnavailable")
+        # counted as the failure it was, not as the 200 its first bytes announced
+        assert event["status"] == (504 if timeout else 502) and event["stream_cut"] is True
+        assert event["level"] == "error" and set(event) <= EVENT_FIELDS
 
 
 async def test_non_json_answers_stream_through_unbuffered(make_proxy: ProxyFactory) -> None:

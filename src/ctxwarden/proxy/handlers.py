@@ -138,7 +138,7 @@ async def _run(
     status = 0
     try:
         response: web.StreamResponse = await work
-        status = response.status
+        status = record.cut_status or response.status
         return response
     except UpstreamTimeout as exc:
         status = 504

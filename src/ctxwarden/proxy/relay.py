@@ -156,8 +156,10 @@ async def relay(
                     if '"usage"' in event.data:
                         record.usage.observe(event.json())
         except (aiohttp.ClientError, TimeoutError) as exc:
-            record.set(error_type=type(translate_read_error(exc)).__name__)
+            error = translate_read_error(exc)
+            record.set(error_type=type(error).__name__)
             record.add_upstream(time.perf_counter() - started)
+            record.cut(504 if isinstance(error, UpstreamTimeout) else 502)
             _abort(ex.request)  # mid-event bytes may be out: no error event, only the cut
             return out
         record.add_upstream(time.perf_counter() - started)
@@ -289,7 +291,7 @@ async def _stream_loop(
                         headers = response_headers(upstream.headers)
                         return web.Response(body=data, status=upstream.status, headers=headers)
                     message = f"upstream answered {upstream.status} to a recall continuation"
-                    return await _fail(ex.request, out, flt, upstream.status, data, message)
+                    return await _fail(ex.request, out, flt, upstream.status, data, message, record)
                 if out is None:
                     out = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
                     await out.prepare(ex.request)
@@ -300,7 +302,7 @@ async def _stream_loop(
             record.set(error_type=type(exc).__name__)
             record.add_upstream(time.perf_counter() - started)
             status = 504 if isinstance(exc, UpstreamTimeout) else 502
-            return await _fail(ex.request, out, flt, status, b"", str(exc))
+            return await _fail(ex.request, out, flt, status, b"", str(exc), record)
         record.add_upstream(time.perf_counter() - started)
         result = flt.round_result()
         if not result.calls or result.other_calls or rounds >= state.settings.max_recall_rounds:
@@ -319,11 +321,12 @@ async def _stream_loop(
 
 async def _fail(
     request: web.Request, out: web.StreamResponse, flt: StreamFilter, status: int,
-    body: bytes, message: str,
+    body: bytes, message: str, record: RequestRecord,
 ) -> web.StreamResponse:  # fmt: skip
     """End a started recall stream on an upstream failure: the filter's error event
     (SDKs raise it), then the abort (see module contract)."""
     await _write(out, flt.error_event(status, body, message))
+    record.cut(status)
     _abort(request)
     return out
 

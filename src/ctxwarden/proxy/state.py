@@ -63,9 +63,18 @@ class RequestRecord:
     upstream_seconds: float = 0.0
     first_upstream_ms: float | None = None
     level: str = "info"
+    cut_status: int | None = None
 
     def set(self, **values: Any) -> None:
         self.fields.update(values)
+
+    def cut(self, status: int) -> None:
+        """The response started as a success and was then cut off by an upstream
+        failure: the event and metrics count it as ``status`` (what the upstream
+        failure would have been answered with), marked ``stream_cut``."""
+        self.cut_status = status
+        self.level = "error"
+        self.fields["stream_cut"] = True
 
     def headers_in(self, seconds: float) -> None:
         """Time to the first round's response headers (the upstream latency metric)."""
