@@ -275,7 +275,8 @@ async def test_failed_continuation_is_an_error_not_an_empty_answer(
         assert raised.value.status_code == 429
     event = proxy.recorder.last(route="chat")
     assert event["upstream_status"] == 429 and event["recall_rounds"] == 1
-    assert event["status"] == (200 if stream else 429)
+    assert event["status"] == 429  # a started stream ends in the error too (stream_cut)
+    assert event.get("stream_cut", False) is stream
     proxy.fake.script(Reply(text="", tool_calls=[call]), Reply(status=529, error="overloaded"))
     messages = [{"role": "user", "content": _placeholder(ref)}]
     async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as a:
