@@ -209,7 +209,7 @@ async def test_no_recall_tool_where_openai_refuses_one(
         (
             "anthropic.messages",
             {"type": "auto", "disable_parallel_tool_use": True},
-            {"type": "none", "disable_parallel_tool_use": True},
+            {"type": "none"},
         ),
         ("anthropic.messages", {"type": "tool", "name": "x"}, {"type": "tool", "name": "x"}),
     ],

@@ -92,6 +92,11 @@ class PassContext:
     """Distinctive strings shown outside tool outputs (the agent's own messages)."""
     tokens_to_save: int | None = None
     """Early-exit target: the pipeline stops once this many tokens are saved."""
+    settled: frozenset[Path] = frozenset()
+    """Segments whose replacement is sure to be sent (adopted in an earlier step, or
+    proposed in a step that is forced). Any other replacement is a proposal: the
+    planner adopts the proposals from some message onward, so one proposal may rely on
+    another only when that one is newer."""
     by_path: dict[Path, Segment] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -23,21 +23,47 @@ __all__ = ["MaskPass"]
 
 def _shown_words(
     ctx: PassContext, decided: Mapping[Path, Replacement], wanted: frozenset[str]
-) -> Counter[str]:
-    """How many replacements show each string of ``wanted`` (a multiset). Only
-    replacements count: they never change once adopted, while an output still in full
-    may later become a note that shows none of its strings (a duplicate's pointer, a
-    superseded run's note), so a string it shows today may be gone tomorrow. Only
-    ``wanted`` is counted: the pass asks about no other string, and counting every
-    string of the history made this the costliest step of a long session's request."""
+) -> tuple[Counter[str], list[tuple[int, frozenset[str]]]]:
+    """What replacements show of ``wanted``: a multiset over the settled ones (they
+    never change once sent), and each other pass's proposal with its message index,
+    newest first (one counts for a placeholder only when it is newer: the planner
+    adopts proposals from some message onward). Outputs still in full do not count:
+    one may later become a pointer or a note that shows none of its strings. Only
+    ``wanted`` is counted: counting every string of the history made this the costliest
+    step of a long session's request."""
     shown: Counter[str] = Counter()
+    proposed: list[tuple[int, frozenset[str]]] = []
     for segment in ctx.segments:
-        if segment.kind != "tool_output":
-            continue
         rep = decided.get(segment.path)
-        if rep is not None:
-            shown.update(wanted.intersection(distinctive_set(rep.text)))
-    return shown
+        if segment.kind != "tool_output" or rep is None:
+            continue
+        words = wanted.intersection(distinctive_set(rep.text))
+        if segment.path in ctx.settled:
+            shown.update(words)
+        elif words:
+            proposed.append((segment.message_index, words))
+    proposed.sort(key=lambda item: -item[0])
+    return shown, proposed
+
+
+def _enough(
+    candidates: list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]],
+    ctx: PassContext,
+    max_keywords: int,
+) -> list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]]:
+    """The oldest candidates whose placeholders save ``ctx.tokens_to_save``, each
+    counted at its largest (every mention listed), so the early exit never stops
+    short."""
+    chosen = []
+    saved = 0
+    for segment, built in candidates:
+        if saved >= (ctx.tokens_to_save or 0):
+            break
+        body, _, keywords = built
+        text = body + "\n" + mentions_line(keywords[:max_keywords]) if keywords else body
+        chosen.append((segment, built))
+        saved += max(0, segment.tokens - ctx.counter.count_text(text))
+    return chosen
 
 
 class MaskPass:
@@ -67,7 +93,6 @@ class MaskPass:
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
     ) -> dict[Path, Replacement]:
         out: dict[Path, Replacement] = {}
-        saved = 0
         candidates = [
             (segment, self._built(segment))
             for segment in ctx.open_segments(decided)
@@ -77,14 +102,18 @@ class MaskPass:
         ]
         if not candidates:
             return out
-        shown = None
+        if ctx.tokens_to_save is not None:  # early exit, oldest first
+            candidates = _enough(candidates, ctx, self.digest.max_keywords)
+        shown: Counter[str] | None = None
+        proposed: list[tuple[int, frozenset[str]]] = []
         if self.config.shared_mentions:
             wanted = frozenset().union(*(built[2] for _, built in candidates))
-            shown = _shown_words(ctx, decided, wanted)
-        for segment, (body, errors, keywords) in candidates:
-            if ctx.tokens_to_save is not None and saved >= ctx.tokens_to_save:
-                break
-            ref = ref_for(segment.text)
+            shown, proposed = _shown_words(ctx, decided, wanted)
+        # mentions newest first: a placeholder leaves out what a newer one lists, and
+        # the planner never adopts an older proposal without the newer ones
+        for segment, (body, errors, keywords) in reversed(candidates):
+            while shown is not None and proposed and proposed[0][0] > segment.message_index:
+                shown.update(proposed.pop(0)[1])
             cap = max(
                 self.digest.max_keywords,
                 int(segment.tokens * self.config.keywords_per_1k_tokens / 1000),
@@ -93,16 +122,15 @@ class MaskPass:
                 w for w in keywords if w not in ctx.visible and not (shown and shown[w] > 0)
             ][:cap]
             text = body + "\n" + mentions_line(mentions) if mentions else body
-            tokens = ctx.counter.count_text(text)
-            if tokens > self.config.max_ratio * segment.tokens:
+            if ctx.counter.count_text(text) > self.config.max_ratio * segment.tokens:
                 continue
             if shown is not None:  # the placeholder shows its body and its mentions
                 shown.update(distinctive_set(body) | frozenset(mentions))
-            saved += segment.tokens - tokens
+            ref = ref_for(segment.text)
             out[segment.path] = Replacement(
                 text, self.name, originals=((ref, segment.text),), kept_lines=errors
             )
-        return out
+        return dict(reversed(out.items()))  # oldest first, as the segments come
 
     def _built(self, segment: Segment) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         """The placeholder body, kept error lines and ranked mentions of ``segment``."""

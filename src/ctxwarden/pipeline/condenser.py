@@ -288,6 +288,7 @@ class Condenser:
             counter=counter,
             visible=view.visible,
             tokens_to_save=target,
+            settled=frozenset(decided_before),
         )
         decided = dict(decided_before)
         new: dict[Path, Replacement] = {}

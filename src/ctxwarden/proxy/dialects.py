@@ -60,8 +60,8 @@ def _no_tool_calls(request: dict[str, Any], none: Any) -> dict[str, Any]:
     )
     if not automatic:
         return request
-    if isinstance(none, dict) and isinstance(choice, dict):  # keep Anthropic's other keys
-        none = {**choice, **none}
+    # nothing of the client's choice is kept: Anthropic's {"type": "none"} takes no
+    # other key (disable_parallel_tool_use would make the round a 400)
     return {**request, "tool_choice": none}
 
 
