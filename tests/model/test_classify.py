@@ -119,3 +119,24 @@ def test_session_key_tells_apart_runs_of_the_same_task(change: dict[str, object]
     head = {**a, "messages": a["messages"][:2]}  # type: ignore[index]
     other_head = {**b, "messages": b["messages"][:2]}  # type: ignore[index]
     assert derive_session_key(parse(head)) == derive_session_key(parse(other_head))
+
+
+def test_session_key_reads_past_a_reasoning_item_to_the_first_call() -> None:
+    """Responses reasoning models reply with a reasoning item first: the key comes from
+    the call after it, so two runs of one task still differ."""
+    parse = get_adapter("openai.responses").parse
+
+    def run(call_id: str) -> dict[str, object]:
+        return {
+            "model": "gpt-5",
+            "instructions": "You are a coding agent",
+            "input": [
+                {"type": "message", "role": "user",
+                 "content": [{"type": "input_text", "text": "fix the bug"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "x"},
+                {"type": "function_call", "call_id": call_id, "name": "shell", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": call_id, "output": "..."},
+            ],
+        }  # fmt: skip
+
+    assert derive_session_key(parse(run("call_a"))) != derive_session_key(parse(run("call_b")))

@@ -3,13 +3,15 @@
 The head is everything up to and including the agent's first reply: system content,
 every user message before it (some agents put a shared demonstration first and the
 task second, so the first user message alone would give all their sessions one key)
-and the reply itself (its text and tool calls). Agents resend it unchanged every turn,
-so every request of a session derives the same key. The reply tells apart runs of the
-same task (parallel attempts, a re-run), which would otherwise share one state and
-undo each other's compaction steps; it differs run to run (sampled text, random call
-ids). Until the agent has replied the key is the prompts' alone, and nothing can be
-condensed then. A client that drops its first exchange gets a new key; its request's
-prefix changed anyway, and the old state's decisions (by position) no longer fit.
+and the reply itself (its text and tool calls: the first assistant item that has
+either, since a Responses reasoning item alone carries neither). Agents resend it
+unchanged every turn, so every request of a session derives the same key. The reply
+tells apart runs of the same task (parallel attempts, a re-run), which would otherwise
+share one state and undo each other's compaction steps; it differs run to run (sampled
+text, random call ids). Until the agent has replied the key is the prompts' alone, and
+nothing can be condensed then. A client that drops its first exchange gets a new key;
+its request's prefix changed anyway, and the old state's decisions (by position) no
+longer fit.
 """
 
 from __future__ import annotations
@@ -37,12 +39,16 @@ def derive_session_key(conversation: Conversation) -> str:
             for text in message.text_parts():
                 h.update(b"\x00user\x00" + text.text.encode())
         elif message.role == "assistant":
+            said = False
             for text in message.text_parts():
                 h.update(b"\x00reply\x00" + text.text.encode())
+                said = True
             for call in message.tool_calls:
                 h.update(
                     b"\x00call\x00"
                     + "\x00".join((call.call_id, call.name, call.arguments)).encode()
                 )
-            break
+                said = True
+            if said:  # a reasoning item alone (Responses) says nothing yet: read on
+                break
     return "s-" + h.hexdigest()
