@@ -263,3 +263,28 @@ async def test_non_json_answers_stream_through_unbuffered(make_proxy: ProxyFacto
         finally:
             release.set()  # only now does the upstream finish (a buffering proxy waits)
         assert head + await resp.read() == first + rest
+
+
+async def test_an_app_served_with_aiohttps_default_decoding_forwards_bodies_it_decoded() -> None:
+    # build_app is public: served by aiohttp's own runner (auto_decompress on), a gzip
+    # body arrives decoded, and goes upstream decoded, without the coding's label
+    from aiohttp.test_utils import TestServer
+
+    from ctxwarden import Engine, EngineConfig
+    from ctxwarden.proxy import ProxySettings, build_app
+
+    plain = orjson.dumps(CHAT)
+    engine = Engine(EngineConfig(store={"backend": "memory"}))
+    try:
+        async with _recording_upstream() as (url, seen):
+            app = build_app(engine, ProxySettings(openai_upstream=url, anthropic_upstream=url))
+            async with TestServer(app) as server, aiohttp.ClientSession() as session:
+                for path in ("/v1/embeddings", "/v1/chat/completions"):
+                    async with session.post(
+                        server.make_url(path), data=gzip.compress(plain),
+                        headers={**AUTH, "Content-Encoding": "gzip"},
+                    ) as resp:  # fmt: skip
+                        assert resp.status == 200
+                    assert seen[-1] == (path, plain, "")
+    finally:
+        engine.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["DecodedBody", "decode_body"]
+__all__ = ["DecodedBody", "decode_body", "decoded_by_server"]
 
 _GZIP_OR_ZLIB = 32 + zlib.MAX_WBITS
 """``wbits`` that accept a gzip or a zlib header (auto-detected)."""
@@ -28,6 +28,18 @@ class DecodedBody:
     coded: bool
     """Whether the client's body carried a coding (a rewrite is then sent decoded)."""
     reason: str | None = None
+
+
+def decoded_by_server(request: object, *, bodies_as_sent: bool) -> bool:
+    """Whether the aiohttp server running the app decoded the body already: an app from
+    ``build_app`` served by another runner, with aiohttp's default ``auto_decompress``
+    (``RunningServer`` turns it off and says so: ``bodies_as_sent``). aiohttp then
+    records the coding it undid on the request's message; that record is not public
+    API, and without it the answer is no."""
+    if bodies_as_sent:
+        return False
+    message = getattr(request, "_message", None)
+    return getattr(message, "compression", None) is not None
 
 
 def _zlib(data: bytes, limit: int, wbits: int) -> bytes:

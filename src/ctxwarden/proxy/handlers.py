@@ -119,7 +119,7 @@ async def _stream_through(
         record.set(bytes_before=0, bytes_after=0)
         return await relay(ex, None, record)
     stream = _BodyStream(request, head)
-    length = request.content_length
+    length = None if ex.server_decoded else request.content_length
     try:
         return await relay(ex, stream, record, length)
     except UpstreamError:
@@ -232,9 +232,8 @@ async def _condensed(
         record.mode = "exact"
         record.set(rollout_reason=quick.reason)
         return await relay(ex, raw, record)
-    decoded = decode_body(
-        raw, request.headers.get("Content-Encoding"), state.settings.max_body_bytes
-    )
+    coding = None if ex.server_decoded else request.headers.get("Content-Encoding")
+    decoded = decode_body(raw, coding, state.settings.max_body_bytes)
     if decoded.data is None:
         record.set(fallback_reason=f"proxy: {decoded.reason}", fallbacks=1)
         return await relay(ex, raw, record)
@@ -283,7 +282,7 @@ async def _condensed(
         out = orjson.dumps(outgoing)
     record.set(bytes_after=len(out))
     # from here on a body ctxwarden wrote goes out plain: the client's coding is dropped
-    ex.decoded = decoded.coded
+    ex.decoded = ex.server_decoded or decoded.coded
     if decision.mode == "active" and state.settings.max_recall_rounds and REF_BYTES.search(out):
         injected = DIALECTS[api].inject(outgoing)
         if injected is not None:
@@ -292,7 +291,7 @@ async def _condensed(
             data = orjson.dumps(injected)
             return await relay_with_recall(ex, api, injected, data, tenant, record, stream)
     if out is body:
-        ex.decoded = False
+        ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
     return await relay(ex, out, record)
 

@@ -37,6 +37,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
 from ctxwarden.proxy.sse import SSESplitter, Usage
@@ -64,9 +65,11 @@ class Exchange:
         self.state = state
         self.request = request
         self.url = url
-        self.decoded = False
-        """Whether the body sent is one ctxwarden decoded or wrote: the client's
-        ``Content-Encoding`` then no longer describes it and is not forwarded."""
+        self.server_decoded = decoded_by_server(request, bodies_as_sent=state.bodies_as_sent)
+        """The server read the body through its coding (see ``decoded_by_server``)."""
+        self.decoded = self.server_decoded
+        """Whether the body sent is one that was decoded or that ctxwarden wrote: the
+        client's ``Content-Encoding`` then no longer describes it and is not sent."""
 
     def open(self, body: Body, length: int | None = None) -> Any:
         """The upstream request (an async context manager, see ``Upstream.open``)."""

@@ -37,6 +37,8 @@ class RunningServer:
         self.runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, auto_decompress=False
         )
+        if STATE in app:
+            app[STATE].bodies_as_sent = True
 
     @property
     def url(self) -> str:

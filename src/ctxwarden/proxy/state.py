@@ -37,6 +37,9 @@ class ProxyState:
     kill_switch: KillSwitch
     executor: ThreadPoolExecutor
     upstream: Upstream | None = None
+    bodies_as_sent: bool = False
+    """The server hands request bodies over as sent, codings and all (``RunningServer``
+    sets it when it turns aiohttp's ``auto_decompress`` off)."""
 
     @property
     def client(self) -> Upstream:
