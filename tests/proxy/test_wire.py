@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -126,6 +127,7 @@ async def test_a_coded_body_is_read_for_condensing_and_a_rewrite_goes_out_plain(
     # a reference in the request makes the proxy offer its recall tool: the body it
     # sends is one it wrote, so it goes out as plain JSON without the client's coding
     request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "see cw:0123456789ab"}]}
+    bulky = {**request, "metadata": {"blob": os.urandom(200_000).hex()}}  # inflated off-loop
     async with (
         _recording_upstream() as (url, seen),
         make_proxy(openai_upstream=url) as proxy,
@@ -133,7 +135,8 @@ async def test_a_coded_body_is_read_for_condensing_and_a_rewrite_goes_out_plain(
     ):
         for coding, body in (("gzip", gzip.compress(orjson.dumps(request))),
                              ("gzip, identity", gzip.compress(orjson.dumps(request))),
-                             ("deflate", zlib.compress(orjson.dumps(request)))):  # fmt: skip
+                             ("deflate", zlib.compress(orjson.dumps(request))),
+                             ("gzip", gzip.compress(orjson.dumps(bulky)))):  # fmt: skip
             headers = {**AUTH, "Content-Encoding": coding}
             async with session.post(proxy.openai_url + "/chat/completions", data=body,
                                     headers=headers) as resp:  # fmt: skip

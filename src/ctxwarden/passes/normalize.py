@@ -29,6 +29,9 @@ def _collapse_progress(line: str) -> str:
     return parts[-1] if parts else ""
 
 
+MINIFY_MAX = 1_000_000
+"""Longer JSON is not minified (a second per 10 MB); the truncation guardrail takes it."""
+
 _JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[^" \t\n\r]+|[ \t\n\r]+', re.DOTALL)
 
 
@@ -43,7 +46,7 @@ def minified_json(text: str) -> str:
 def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> str:
     """The normalized form of ``text`` (see module doc); idempotent."""
     stripped = text.strip()
-    if minify_json and stripped[:1] in "{[" and "\n" in stripped:
+    if minify_json and stripped[:1] in "{[" and "\n" in stripped and len(stripped) <= MINIFY_MAX:
         try:
             json.loads(stripped)
         except (ValueError, RecursionError):

@@ -233,7 +233,11 @@ async def _condensed(
         record.set(rollout_reason=quick.reason)
         return await relay(ex, raw, record)
     coding = None if ex.server_decoded else request.headers.get("Content-Encoding")
-    decoded = decode_body(raw, coding, state.settings.max_body_bytes)
+    limit = state.settings.max_body_bytes
+    if coding and len(raw) > _INLINE_PARSE_BYTES:  # inflating it would stall other streams
+        decoded = await asyncio.to_thread(decode_body, raw, coding, limit)
+    else:
+        decoded = decode_body(raw, coding, limit)
     if decoded.data is None:
         record.set(fallback_reason=f"proxy: {decoded.reason}", fallbacks=1)
         return await relay(ex, raw, record)
