@@ -311,3 +311,35 @@ async def test_usage_is_summed_over_recall_rounds(proxy: Proxy, stream: bool) ->
     await _chat(proxy, ref, stream=stream, **extra)
     event = proxy.recorder.last(route="chat")
     assert event["usage_prompt_tokens"] == 2100 and event["usage_completion_tokens"] == 30
+
+
+@pytest.mark.parametrize("store", [None, True, False])
+def test_a_stateless_responses_continuation_sends_only_what_it_can(store: bool | None) -> None:
+    """With store false nothing of round one was persisted: its items go back without
+    ids, and a reasoning item without encrypted content cannot go back at all."""
+    from ctxwarden.proxy.recall import RecallAnswer, RecallCall, RoundResult
+
+    output = [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAA"},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": RECALL_TOOL_NAME,
+         "arguments": "{}"},
+    ]  # fmt: skip
+    request: dict[str, Any] = {
+        "model": "m",
+        "input": "q",
+        **({} if store is None else {"store": store}),
+    }
+    result = RoundResult(calls=[RecallCall("c1", "{}")], assistant=output)
+    sent = DIALECTS["openai.responses"].continuation(
+        request, result, [RecallAnswer("c1", "text", True)]
+    )["input"]
+    echoed = sent[1:-1]
+    if store is False:
+        assert echoed == [
+            {"type": "reasoning", "summary": [], "encrypted_content": "gAAA"},
+            {"type": "function_call", "call_id": "c1", "name": RECALL_TOOL_NAME, "arguments": "{}"},
+        ]
+    else:
+        assert echoed == output
+    assert sent[-1] == {"type": "function_call_output", "call_id": "c1", "output": "text"}

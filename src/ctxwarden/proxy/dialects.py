@@ -177,7 +177,10 @@ class ResponsesDialect:
             {"type": "function_call_output", "call_id": a.call_id, "output": a.text}
             for a in answers
         ]
-        return {**request, "input": [*items, *result.assistant, *outputs]}
+        echoed = result.assistant
+        if request.get("store") is False:
+            echoed = _stateless(echoed)
+        return {**request, "input": [*items, *echoed, *outputs]}
 
     def strip(self, response: dict[str, Any]) -> dict[str, Any]:
         output = [
@@ -186,6 +189,22 @@ class ResponsesDialect:
                     and item.get("type") == "function_call")
         ]  # fmt: skip
         return {**response, "output": output}
+
+
+def _stateless(items: list[Any]) -> list[Any]:
+    """The round's output items as a ``store: false`` request can carry them: nothing
+    was persisted, so an item's ``id`` names nothing upstream ("Item with id ... not
+    found") and goes, and a reasoning item without its ``encrypted_content`` (the
+    client did not ask for it) cannot be sent back at all."""
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            out.append(item)
+        elif item.get("type") == "reasoning" and not item.get("encrypted_content"):
+            continue
+        else:
+            out.append({k: v for k, v in item.items() if k != "id"})
+    return out
 
 
 class MessagesDialect:
