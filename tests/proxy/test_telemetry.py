@@ -14,6 +14,8 @@ import pytest
 
 import ctxwarden.proxy
 import ctxwarden.telemetry
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.store import MemoryStore
 from ctxwarden.telemetry import (
     EVENT_FIELDS,
     JsonFormatter,
@@ -23,7 +25,7 @@ from ctxwarden.telemetry import (
     configure_json_logging,
 )
 from ctxwarden.telemetry.logs import LIBRARY_LOGGERS
-from tests.proxy.conftest import KEY_A, Proxy
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
 
 SECRET_TEXT = "do-not-log-this-message-content"
 
@@ -160,3 +162,31 @@ def test_exported_names() -> None:
     }  # fmt: skip
     for name in ctxwarden.proxy.__all__:
         assert getattr(ctxwarden.proxy, name) is not None
+
+
+class _CountingStore(MemoryStore):
+    """A memory store that counts garbage collections and refuses to walk itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collections = 0
+
+    def gc(self, now: float | None = None) -> int:
+        self.collections += 1
+        return super().gc(now)
+
+    def stats(self) -> dict[str, int]:
+        raise AssertionError("readiness must not walk the whole store")
+
+
+@pytest.mark.parametrize("interval", [0.05, 0.0])
+async def test_the_store_is_collected_on_schedule_and_probed_cheaply(
+    make_proxy: ProxyFactory, interval: float
+) -> None:
+    store = _CountingStore()
+    engine = Engine(EngineConfig(store={"backend": "memory"}), store=store)
+    async with make_proxy(engine, gc_interval=interval) as proxy:
+        await asyncio.sleep(0.4)
+        async with aiohttp.ClientSession() as s, s.get(proxy.url + "/readyz") as r:
+            assert r.status == 200
+    assert (store.collections >= 2) if interval else store.collections == 0

@@ -34,6 +34,7 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--admin-token", "enables the loopback kill-switch endpoint", None),
     ("--read-timeout", "seconds between upstream bytes before 504", 600.0),
     ("--max-body-bytes", "largest body condensed (larger: forwarded untouched)", 32 * 1024 * 1024),
+    ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),
     ("--log-level", "debug | info | warning | error", "info"),
 )
 
@@ -115,6 +116,7 @@ def settings_from_args(
         data_dir=values["--data-dir"],
         read_timeout=values["--read-timeout"],
         max_body_bytes=values["--max-body-bytes"],
+        gc_interval=values["--gc-interval"],
     )
     level = str(values["--log-level"]).lower()
     if level not in ("debug", "info", "warning", "error"):

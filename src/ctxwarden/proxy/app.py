@@ -13,6 +13,7 @@ Endpoints besides the API routes (see :mod:`ctxwarden.proxy.handlers`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import logging
@@ -100,9 +101,29 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         pool_size=s.pool_size,
     )
     await asyncio.get_running_loop().run_in_executor(state.executor, _warm_up, state.engine)
+    collector = asyncio.create_task(_collect_garbage(state)) if s.gc_interval > 0 else None
     yield
+    if collector is not None:
+        collector.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await collector
     await state.upstream.close()
     state.executor.shutdown(wait=True, cancel_futures=True)
+
+
+async def _collect_garbage(state: ProxyState) -> None:
+    """Every ``gc_interval`` seconds, drop expired and over-cap artifacts and states on
+    the engine thread (the store's connection lives there); a failure is logged and
+    the next round tries again."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(state.settings.gc_interval)
+        try:
+            dropped = await loop.run_in_executor(state.executor, state.engine.store.gc)
+        except Exception as exc:
+            _log.error("store gc failed: %s", type(exc).__name__)
+        else:
+            _log.info("store gc dropped %d entries", dropped)
 
 
 def _warm_up(engine: Engine) -> None:
@@ -115,6 +136,10 @@ def _warm_up(engine: Engine) -> None:
         _log.warning("warm-up failed: %s", type(exc).__name__)
 
 
+def _probe_store(engine: Engine) -> None:
+    engine.store.get_state("ctxwarden", "readiness-probe")
+
+
 async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -124,9 +149,9 @@ async def _readyz(request: web.Request) -> web.Response:
     problems = []
     if state.upstream is None or state.upstream.session.closed:
         problems.append("upstream client")
-    try:
+    try:  # one key lookup: the store answers (stats would walk the whole store)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(state.executor, state.engine.store.stats)
+        await loop.run_in_executor(state.executor, _probe_store, state.engine)
     except Exception as exc:
         _log.error("readiness: store failed: %s", type(exc).__name__)
         problems.append("store")

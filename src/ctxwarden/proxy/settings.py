@@ -3,7 +3,8 @@
 Limits bound what a client controls: body bytes read for condensing (past the cap
 the request is streamed upstream untouched; other routes are never capped), messages
 per request (past the cap the request is forwarded uncondensed), recall rounds and
-calls per round, and recalled bytes per call (truncated with a note).
+calls per round, and recalled bytes per call (truncated with a note). The store is
+garbage-collected every ``gc_interval`` seconds, so its TTL and byte cap hold.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class ProxySettings:
     max_recall_calls: int = 8
     max_recall_bytes: int = 256 * 1024
     pool_size: int = 256
+    gc_interval: float = 600.0
+    """Seconds between store garbage collections (TTL and byte cap); 0: never (an
+    operator runs ``ctxwarden store gc`` instead)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -54,5 +58,7 @@ class ProxySettings:
                 raise ConfigError("must be an http(s) origin", name)
         if self.admin_token is not None and len(self.admin_token) < 16:
             raise ConfigError("must be at least 16 characters", "admin_token")
+        if not self.gc_interval >= 0:  # NaN included
+            raise ConfigError(f"{self.gc_interval} is not a number of seconds >= 0", "gc_interval")
         if self.max_body_bytes <= 0 or self.max_recall_rounds < 0:
             raise ConfigError("limits must be positive", "max_body_bytes")
