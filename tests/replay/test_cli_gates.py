@@ -51,3 +51,22 @@ def test_bad_gate_key_is_a_config_error(session_file: Path, tmp_path: Path) -> N
     gates = tmp_path / "g.toml"
     gates.write_text("[gates]\nmin_speed = 1\n")
     assert main(["replay", str(session_file), "--quiet", "--strict", "--gates", str(gates)]) == 2
+
+
+def test_sessions_sharing_an_id_do_not_share_engine_state(tmp_path: Path) -> None:
+    # two files holding the same session id: each is replayed as if alone
+    from ctxwarden.config import EngineConfig
+    from ctxwarden.io import bundled_sessions
+
+    source = bundled_sessions()[0]
+    copies = []
+    for name in ("a", "b"):
+        copy = tmp_path / f"{name}-{source.name}"
+        copy.write_bytes(source.read_bytes())
+        copies.append(copy)
+    config = EngineConfig(preset="balanced", store={"backend": "memory"})
+    alone = run_replay(copies[:1], [config], baselines=())
+    both = run_replay(copies, [config], baselines=())
+    first, second = both.subjects[0].sessions
+    assert first.session == second.session  # the same id
+    assert first.tokens == second.tokens == alone.subjects[0].sessions[0].tokens

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import resource
+import secrets
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
@@ -182,6 +183,7 @@ def run_replay(
         tracemalloc.start()
     try:
         sessions = iter_sessions(files)
+        run = secrets.token_hex(6)
         for n in itertools.count():
             if options.max_sessions is not None and n >= options.max_sessions:
                 break  # before the next file is read
@@ -195,7 +197,10 @@ def run_replay(
                 spec = registry.tokenizer_for(info)
                 counter = counters.setdefault(str(spec), TokenCounter(spec))
             try:
-                _replay_session(session, subjects, results, counter, info, registry, options)
+                # every session of this run gets its own engine state, even when two
+                # files share an id or the configured store kept states of an earlier run
+                key = f"replay-{run}/{n}/{session.id}"
+                _replay_session(session, key, subjects, results, counter, info, registry, options)
             except CtxwardenError as exc:  # name the file and session among hundreds
                 raise ReplayError(f"{files[index]}: session {session.id}: {exc}") from exc
             if progress is not None:
@@ -221,6 +226,7 @@ def _first_model(session: ReplaySession) -> str | None:
 
 def _replay_session(
     session: ReplaySession,
+    key: str,
     subjects: Sequence[Subject],
     results: Sequence[SubjectResult],
     counter: TokenCounter,
@@ -277,7 +283,7 @@ def _replay_session(
                 tracemalloc.reset_peak()
                 base = tracemalloc.get_traced_memory()[0]
             t0 = time.perf_counter()
-            cond, report = st.subject.condense(rr.request, rr.api, session.id)
+            cond, report = st.subject.condense(rr.request, rr.api, key)
             m.ms.append((time.perf_counter() - t0) * 1000)
             if tracing:
                 peak = tracemalloc.get_traced_memory()[1] - base
