@@ -343,3 +343,19 @@ def test_a_stateless_responses_continuation_sends_only_what_it_can(store: bool |
     else:
         assert echoed == output
     assert sent[-1] == {"type": "function_call_output", "call_id": "c1", "output": "text"}
+
+
+async def test_an_agent_gets_the_recall_tool_from_its_first_turn(proxy: Proxy) -> None:
+    """A request offering tools gets the recall tool before it holds any reference, so
+    the tool list, where the cached prompt starts, stays the same all session."""
+    own = [_tool(0)]
+    async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as c:
+        messages = [{"role": "user", "content": "no references yet"}]
+        await c.chat.completions.create(model="gpt-4o", messages=messages, tools=own)
+        sent = proxy.fake.received[-1].json()["tools"]
+        assert [t["function"]["name"] for t in sent] == ["tool_0", RECALL_TOOL_NAME]
+        await c.chat.completions.create(
+            model="gpt-4o", messages=messages, tools=own,
+            extra_headers={"x-ctxwarden-mode": "exact"},
+        )  # fmt: skip
+        assert proxy.fake.received[-1].json()["tools"] == own

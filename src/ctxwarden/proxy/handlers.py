@@ -12,7 +12,8 @@ malformed; JSON that only the stdlib parser accepts, such as a lone surrogate es
 is forwarded as sent), condense on
 the engine thread, send the rewrite in active mode or the original bytes in shadow /
 canary-out / fallback -> offer the recall tool when the outgoing request holds
-references -> relay. Any failure of ctxwarden itself sends the original bytes; only
+references or offers tools of its own (an agent: from its first turn, so its tool list
+never changes) -> relay. Any failure of ctxwarden itself sends the original bytes; only
 the upstream decides whether a request fails.
 """
 
@@ -287,7 +288,11 @@ async def _condensed(
     record.set(bytes_after=len(out))
     # from here on a body ctxwarden wrote goes out plain: the client's coding is dropped
     ex.decoded = ex.server_decoded or decoded.coded
-    if decision.mode == "active" and state.settings.max_recall_rounds and REF_BYTES.search(out):
+    if (
+        decision.mode == "active"
+        and state.settings.max_recall_rounds
+        and (REF_BYTES.search(out) or _uses_tools(outgoing))
+    ):
         injected = DIALECTS[api].inject(outgoing)
         if injected is not None:
             record.set(recall_injected=True, recall_rounds=0)
@@ -298,6 +303,15 @@ async def _condensed(
         ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
     return await relay(ex, out, record)
+
+
+def _uses_tools(request: dict[str, Any]) -> bool:
+    """An agent's request (it offers tools): it gets the recall tool from its first turn
+    on, references or not, so its tool list (the start of the cached prompt) never
+    changes mid-session; a step then re-sends only what it rewrote, not the whole
+    prompt. Requests without tools get it only once they hold references."""
+    tools = request.get("tools")
+    return isinstance(tools, list) and bool(tools)
 
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"
