@@ -34,6 +34,7 @@ from ctxwarden.errors import MalformedRequest
 from ctxwarden.io import may_hold_wide_integer
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.proxy.bodies import decode_body
+from ctxwarden.proxy.breakpoints import with_step_breakpoint
 from ctxwarden.proxy.dialects import DIALECTS
 from ctxwarden.proxy.recall import REF_BYTES
 from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
@@ -285,6 +286,12 @@ async def _condensed(
     if decision.mode == "active" and report.get("rewritten"):
         outgoing = result.request
         out = orjson.dumps(outgoing)
+    if decision.mode == "active" and api == "anthropic.messages":
+        marked = with_step_breakpoint(outgoing)
+        if marked is not None:  # the next step's rewrite then starts after a cache entry
+            outgoing = marked
+            out = orjson.dumps(outgoing)
+            record.set(cache_breakpoint=True)
     record.set(bytes_after=len(out))
     # from here on a body ctxwarden wrote goes out plain: the client's coding is dropped
     ex.decoded = ex.server_decoded or decoded.coded

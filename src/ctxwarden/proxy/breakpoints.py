@@ -1,0 +1,82 @@
+"""Anthropic prompt-cache breakpoints that survive ctxwarden's compaction steps.
+
+Anthropic caches a prompt only where the client puts ``cache_control`` breakpoints, and
+a later request reads an entry only if its prompt up to that point is unchanged. Agents
+put one at the end of each request. A compaction step rewrites what followed the
+previous request's newest messages, so the entry at the previous request's end no
+longer matches and the whole prompt would be written to the cache again.
+
+For a client that already caches, the proxy adds one breakpoint where the previous
+request of the session ended: on the last block of the message before the last
+assistant message (everything before that message is the previous request). Each
+request then writes an entry there, and the next one, whose rewrite starts after it,
+reads it. The breakpoint is added only when the client set at least one itself (it opted
+into caching and its prices), when the request has room (Anthropic takes at most four),
+and on a block that takes one (not thinking blocks, not string content); it copies the
+client's own marker, so its TTL fits theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MAX_BREAKPOINTS", "with_step_breakpoint"]
+
+MAX_BREAKPOINTS = 4
+_CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
+
+
+def _markers(node: Any) -> list[dict[str, Any]]:
+    """The ``cache_control`` markers under ``node``, in prompt order."""
+    if isinstance(node, dict):
+        own = node.get("cache_control")
+        found = [own] if isinstance(own, dict) else []
+        for key, value in node.items():
+            if key != "cache_control":
+                found.extend(_markers(value))
+        return found
+    if isinstance(node, list):
+        return [m for value in node for m in _markers(value)]
+    return []
+
+
+def with_step_breakpoint(request: dict[str, Any]) -> dict[str, Any] | None:
+    """``request`` with a breakpoint where the previous request ended, or ``None`` when
+    none is added (see module docstring). The request itself is not modified."""
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return None
+    last_assistant = next(
+        (
+            i
+            for i in range(len(messages) - 1, -1, -1)
+            if isinstance(messages[i], dict) and messages[i].get("role") == "assistant"
+        ),
+        None,
+    )
+    if not last_assistant:  # none, or the first message: no earlier request to mark
+        return None
+    target = messages[last_assistant - 1]
+    content = target.get("content") if isinstance(target, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    block = content[-1]
+    if not isinstance(block, dict) or block.get("type") not in _CACHEABLE:
+        return None
+    if "cache_control" in block:
+        return None  # the client marked it already
+    before = [
+        *_markers(request.get("tools")),
+        *_markers(request.get("system")),
+        *_markers(messages[:last_assistant]),
+    ]
+    after = _markers(messages[last_assistant:])
+    if not before + after or len(before) + len(after) >= MAX_BREAKPOINTS:
+        return None
+    # the TTL of the client's next marker (else its previous one): TTLs must not grow
+    # along the prompt (a 1-hour entry after a 5-minute one is refused)
+    like = after[0] if after else before[-1]
+    marked = {**block, "cache_control": dict(like)}
+    new_target = {**target, "content": [*content[:-1], marked]}
+    new_messages = [*messages[: last_assistant - 1], new_target, *messages[last_assistant:]]
+    return {**request, "messages": new_messages}

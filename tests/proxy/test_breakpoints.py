@@ -1,0 +1,81 @@
+"""The Anthropic cache breakpoint the proxy adds where the previous request ended."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import anthropic
+import pytest
+
+from ctxwarden.proxy.breakpoints import with_step_breakpoint
+from tests.proxy.conftest import KEY_A, Proxy
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def _turns(marker: dict[str, Any] | None = EPHEMERAL) -> dict[str, Any]:
+    """Two exchanges of an agent; the client marks the end of its request."""
+    last: dict[str, Any] = {"type": "tool_result", "tool_use_id": "t2", "content": "out 2"}
+    if marker is not None:
+        last["cache_control"] = marker
+    return {
+        "model": "claude-fake-model",
+        "max_tokens": 100,
+        "system": "You are a coding agent.",
+        "messages": [
+            {"role": "user", "content": "Fix the bug."},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "ls"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "out 1"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t2", "name": "bash", "input": {"cmd": "cat a"}}]},
+            {"role": "user", "content": [last]},
+        ],
+    }  # fmt: skip
+
+
+def _without(request: dict[str, Any], index: int) -> dict[str, Any]:
+    out = copy.deepcopy(request)
+    del out["messages"][index]["content"][-1]["cache_control"]
+    return out
+
+
+@pytest.mark.parametrize("marker", [EPHEMERAL, {"type": "ephemeral", "ttl": "1h"}])
+def test_the_previous_requests_end_gets_the_clients_own_marker(marker: dict[str, Any]) -> None:
+    request = _turns(marker)
+    before = copy.deepcopy(request)
+    marked = with_step_breakpoint(request)
+    assert marked is not None and request == before  # the input is not modified
+    assert marked["messages"][2]["content"][-1]["cache_control"] == marker
+    assert _without(marked, 2) == request  # nothing else changed
+
+
+def test_no_marker_without_client_caching_room_or_a_cacheable_block() -> None:
+    assert with_step_breakpoint(_turns(None)) is None  # the client does not cache
+    full = _turns()
+    full["system"] = [{"type": "text", "text": f"s{i}", "cache_control": EPHEMERAL}
+                      for i in range(3)]  # fmt: skip
+    assert with_step_breakpoint(full) is None  # four markers already
+    thinking = _turns()
+    thinking["messages"][2]["content"].append({"type": "thinking", "thinking": "x"})
+    assert with_step_breakpoint(thinking) is None
+    plain = _turns()
+    plain["messages"][2]["content"] = "out 1"
+    assert with_step_breakpoint(plain) is None
+    first = _turns()
+    first["messages"] = [first["messages"][0], first["messages"][1], first["messages"][2]]
+    first["messages"][2]["content"][-1]["cache_control"] = EPHEMERAL
+    assert with_step_breakpoint(first) is None  # the message before it is the first
+
+
+async def test_the_proxy_marks_active_anthropic_requests_only(proxy: Proxy) -> None:
+    request = _turns()
+    async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as a:
+        await a.messages.create(**request)
+        sent = proxy.fake.received[-1].json()
+        assert sent["messages"][2]["content"][-1]["cache_control"] == EPHEMERAL
+        assert proxy.recorder.last(route="messages")["cache_breakpoint"] is True
+        await a.messages.create(**request, extra_headers={"x-ctxwarden-mode": "exact"})
+        assert "cache_control" not in proxy.fake.received[-1].json()["messages"][2]["content"][-1]
