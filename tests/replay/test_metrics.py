@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,47 @@ def test_a_request_the_api_rejects_is_counted(session_file: Path) -> None:
         return {**request, "messages": msgs}
 
     m = run_replay([session_file], [Scripted("j", break_json)], baselines=[]).subject("j")
-    assert m.sessions[0].violations == {"json": 1}  # request 3 only; nothing else changed
+    # request 3 only; its content also stopped being text (a shape change)
+    assert m.sessions[0].violations == {"json": 1, "shape": 1}
+
+
+def _edit_first_call(request: dict[str, Any], edit: Any) -> dict[str, Any]:
+    msgs = _messages(request)
+    for i, m in enumerate(msgs[:-2]):
+        if m.get("tool_calls"):
+            msgs[i] = edit(copy.deepcopy(m))
+            break
+    return {**request, "messages": msgs}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: {**m, "name": "someone"},  # a key added to a message
+        lambda m: {**m, "tool_calls": [{**m["tool_calls"][0], "type": "custom"}]},
+        lambda m: {
+            **m,
+            "tool_calls": [
+                {
+                    **m["tool_calls"][0],
+                    "function": {
+                        **m["tool_calls"][0]["function"],
+                        "arguments": '{"command": "cut off',
+                    },
+                }
+            ],
+        },
+    ],
+    ids=["extra-key", "call-type", "arguments-not-json"],
+)
+def test_anything_but_text_changed_in_an_item_is_a_shape_violation(
+    session_file: Path, edit: Any
+) -> None:
+    def subject(request: dict[str, Any]) -> dict[str, Any]:
+        return _edit_first_call(request, edit)
+
+    m = run_replay([session_file], [Scripted("s", subject)], baselines=[]).subject("s")
+    assert m.sessions[0].violations.get("shape", 0) >= 1
 
 
 def test_critical_counts_tool_output_error_lines_visible_anywhere(tmp_path: Path) -> None:

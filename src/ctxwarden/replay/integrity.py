@@ -11,7 +11,11 @@ Categories (each a count per request):
 - ``pairing``: a tool call id left without its result, or a result without an
   earlier call, that the original did not already have;
 - ``protected``: a system / developer message, the first user message or a message
-  after the last assistant message is not byte-identical.
+  after the last assistant message is not byte-identical;
+- ``shape``: a changed item differs in anything but its text payload (``content``,
+  ``text``, ``output`` and ``arguments`` strings): a key added or removed, a type, an
+  id, a content list turned into a string; or tool-call arguments that were JSON are
+  JSON no more (checked when the rewrite of an item is new).
 
 Only items whose rendered bytes differ are inspected, so an unchanged request costs
 one comparison per item.
@@ -32,7 +36,10 @@ from ctxwarden.replay.wire import MESSAGE_KEYS
 
 __all__ = ["CATEGORIES", "check_integrity", "protected_positions", "unpaired_ids"]
 
-CATEGORIES = ("json", "fields", "order", "ids", "pairing", "protected")
+CATEGORIES = ("json", "fields", "order", "ids", "pairing", "protected", "shape")
+
+_PAYLOAD_KEYS = frozenset({"content", "text", "output", "arguments"})
+"""Keys whose string values a pass may rewrite; everything else of an item is exact."""
 
 
 def protected_positions(messages: Sequence[MessageInfo]) -> frozenset[int]:
@@ -67,6 +74,45 @@ def unpaired_ids(messages: Sequence[MessageInfo]) -> set[tuple[str, str]]:
                 out.add(("result", cid))
     out.update(("call", c) for c in calls - answered)
     return out
+
+
+def _shape(node: Any, key: str | None = None) -> Any:
+    """``node`` with every rewritable text payload replaced by a marker."""
+    if isinstance(node, str):
+        return "\x00payload" if key in _PAYLOAD_KEYS else node
+    if isinstance(node, dict):
+        return {k: _shape(v, k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_shape(v, key) for v in node]
+    return node
+
+
+def _arguments(node: Any) -> list[str]:
+    """The ``arguments`` strings of an item (tool calls), in order."""
+    if isinstance(node, dict):
+        own = node.get("arguments")
+        found = [own] if isinstance(own, str) else []
+        return found + [a for k, v in node.items() if k != "arguments" for a in _arguments(v)]
+    if isinstance(node, list):
+        return [a for v in node for a in _arguments(v)]
+    return []
+
+
+def _is_json(text: str) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _shape_violations(before: Any, after: Any) -> int:
+    """1 when ``after`` differs from ``before`` beyond its text payload, or turned JSON
+    arguments into something else; else 0."""
+    if _shape(before) != _shape(after):
+        return 1
+    pairs = zip(_arguments(before), _arguments(after), strict=False)
+    return int(any(a != b and _is_json(a) and not _is_json(b) for a, b in pairs))
 
 
 def _probe(
@@ -131,6 +177,9 @@ def check_integrity(
             skeleton_changed = True
         if i in protected:
             out["protected"] = out.get("protected", 0) + 1
+    for i in fresh:  # a rewrite carried over unchanged was checked when it was new
+        if _shape_violations(a[i].item, b[i].item):
+            out["shape"] = out.get("shape", 0) + 1
     if len(b) < len(a):
         missing = [i for i in protected if i >= len(b)]
         if missing:
