@@ -50,6 +50,10 @@ class Harness:
         """Replace the stored bytes of ``ref`` without touching its digest."""
         raise NotImplementedError
 
+    def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
+        """Replace the stored digest of ``ref`` (leaving its bytes)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         return None
 
@@ -63,6 +67,11 @@ class MemoryHarness(Harness):
     def corrupt(self, store: Store, tenant: str, ref: str, body: bytes) -> None:
         assert isinstance(store, MemoryStore)
         store.corrupt(tenant, ref, body.decode("utf-8", "replace"))
+
+    def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
+        assert isinstance(store, MemoryStore)
+        text, _, used = store._items[(tenant, ref)]
+        store._items[(tenant, ref)] = (text, digest, used)
 
 
 class SqliteHarness(Harness):
@@ -78,6 +87,14 @@ class SqliteHarness(Harness):
         with sqlite3.connect(self.path) as db:
             cur = db.execute(
                 "UPDATE artifacts SET body=? WHERE tenant=? AND ref=?", (body, tenant, ref)
+            )
+            assert cur.rowcount == 1
+        db.close()
+
+    def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
+        with sqlite3.connect(self.path) as db:
+            cur = db.execute(
+                "UPDATE artifacts SET digest=? WHERE tenant=? AND ref=?", (digest, tenant, ref)
             )
             assert cur.rowcount == 1
         db.close()
@@ -105,6 +122,14 @@ class RedisHarness(Harness):
         key = store.artifact_key(tenant, ref)
         assert self.client.exists(key)
         self.client.hset(key, "body", body)
+
+    def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
+        from ctxwarden.store.redis_store import RedisStore
+
+        assert isinstance(store, RedisStore)
+        key = store.artifact_key(tenant, ref)
+        assert self.client.exists(key)
+        self.client.hset(key, "digest", digest)
 
     def close(self) -> None:
         keys = list(self.client.scan_iter(match=f"{self.namespace}:*"))
@@ -139,6 +164,13 @@ class PostgresHarness(Harness):
         cur = self.sql(
             "UPDATE ctxwarden_artifacts SET body=%s WHERE tenant=%s AND ref=%s",
             (body, tenant, ref),
+        )
+        assert cur.rowcount == 1
+
+    def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
+        cur = self.sql(
+            "UPDATE ctxwarden_artifacts SET digest=%s WHERE tenant=%s AND ref=%s",
+            (digest, tenant, ref),
         )
         assert cur.rowcount == 1
 

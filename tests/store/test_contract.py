@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing
+from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
 from ctxwarden.store import REF_PATTERN, Store, content_digest, make_ref
 from ctxwarden.store.base import TOUCH_INTERVAL
 from tests.store.backends import CAPPED, Harness
@@ -201,3 +201,129 @@ def test_any_text_round_trips_exactly(store: Store, text: str) -> None:
     ref = store.put("prop", text)
     assert ref == make_ref(content_digest(text))
     assert store.get("prop", ref) == text
+
+
+# -- repairs, expiry, names (each fails on some backend without its fix) -------------------
+
+
+@pytest.mark.parametrize("damage", [b"tampered bytes", b"\xff\xfe not utf-8"])
+def test_put_repairs_a_damaged_original(store: Store, harness: Harness, damage: bytes) -> None:
+    ref = store.put("acme", "original tool output")
+    harness.corrupt(store, "acme", ref, damage)
+    with pytest.raises(ArtifactCorrupted):
+        store.get("acme", ref)
+    assert store.put("acme", "original tool output") == ref
+    assert store.get("acme", ref) == "original tool output"
+    assert store.stats()["artifacts"] == 1
+    assert store.stats()["bytes"] == len(b"original tool output")
+
+
+def test_put_repairs_a_damaged_digest(store: Store, harness: Harness) -> None:
+    ref = store.put("acme", "original tool output")
+    harness.set_digest(store, "acme", ref, "blake2b:" + "0" * 64)
+    with pytest.raises(ArtifactCorrupted):
+        store.get("acme", ref)
+    assert store.put("acme", "original tool output") == ref
+    assert store.get("acme", ref) == "original tool output"
+
+
+def test_a_valid_artifact_sharing_the_reference_is_kept(store: Store, harness: Harness) -> None:
+    """A 48-bit prefix collision: the stored text verifies against its own digest, so
+    a put of another text under the same reference does not replace it (first write
+    wins; the engine's read-back sees the difference and keeps its segment)."""
+    ref = store.put("acme", "the text a session refers to")
+    harness.corrupt(store, "acme", ref, b"first text")
+    harness.set_digest(store, "acme", ref, content_digest("first text"))
+    assert store.get("acme", ref) == "first text"
+    assert store.put("acme", "the text a session refers to") == ref
+    assert store.get("acme", ref) == "first text"
+
+
+def test_expired_artifacts_and_state_read_as_missing(harness: Harness) -> None:
+    """Past the TTL an artifact and a session state are gone on every backend, also
+    before gc runs, and reading them does not revive them."""
+    store = harness.open(ttl_seconds=0.3)
+    try:
+        ref = store.put("acme", "short lived")
+        store.put_state("acme", "s", b"state")
+        time.sleep(0.5)
+        for _ in range(2):  # the first round of reads must not revive anything
+            assert not store.has("acme", ref)
+            assert store.missing("acme", [ref]) == {ref}
+            with pytest.raises(ArtifactMissing):
+                store.get("acme", ref)
+            assert store.get_state("acme", "s") is None
+        store.gc()
+        assert store.stats() == {"artifacts": 0, "bytes": 0, "sessions": 0, "tenants": 0}
+        assert store.put("acme", "short lived") == ref  # a new put stores it again
+        assert store.get("acme", ref) == "short lived"
+    finally:
+        store.close()
+
+
+def test_gc_drops_expired_session_state(harness: Harness) -> None:
+    store = harness.open(ttl_seconds=100)
+    try:
+        store.put_state("acme", "s", b"state")
+        store.put("acme", "artifact")
+        assert store.gc(now=time.time() + 1000) == 1
+        assert store.get_state("acme", "s") is None
+        assert store.stats() == {"artifacts": 0, "bytes": 0, "sessions": 0, "tenants": 0}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("harness", CAPPED, indirect=True)
+def test_gc_drops_the_expired_before_trimming_live_ones(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [time.time()]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    start = clock[0]
+    store = harness.open(ttl_seconds=100, max_bytes=12)
+    try:
+        idle = store.put("acme", "cccccc")
+        clock[0] = start + 10
+        first = store.put("acme", "aaaaaa")
+        clock[0] = start + 11
+        second = store.put("acme", "bbbbbb")
+        clock[0] = start + 12
+        assert store.missing("acme", [idle]) == frozenset()  # fresh: no refresh needed
+        clock[0] = start + 105  # `idle` is past the TTL; the other two fit the cap
+        assert store.gc() == 1
+        assert not store.has("acme", idle)
+        assert store.has("acme", first)
+        assert store.has("acme", second)
+    finally:
+        store.close()
+
+
+NAMES = ["\udcff", "s\ud800", "a\x00b", "a", "\x01", "\x01a", "\x01%ED%B3%BF", "%ED%B3%BF"]
+
+
+def test_any_str_is_a_tenant_or_session_name_and_names_never_alias(store: Store) -> None:
+    """NUL and lone surrogates (a header decoded with surrogateescape) are accepted
+    alike on every backend, and no two names share keys (also names that look like an
+    escaped form of another)."""
+    refs = {name: store.put(name, f"text of {name!r}") for name in NAMES}
+    for name in NAMES:
+        store.put_state("acme", name, name.encode("utf-8", "surrogatepass"))
+        store.put_state(name, "s", b"of " + name.encode("utf-8", "surrogatepass"))
+    for name, ref in refs.items():
+        assert store.get(name, ref) == f"text of {name!r}"
+        assert store.has(name, ref)
+        assert store.missing(name, [ref]) == frozenset()
+        assert store.get_state("acme", name) == name.encode("utf-8", "surrogatepass")
+        assert store.get_state(name, "s") == b"of " + name.encode("utf-8", "surrogatepass")
+        for other in NAMES:
+            if other != name:
+                assert not store.has(other, ref), (name, other)
+    stats = store.stats()
+    assert stats["artifacts"] == len(NAMES)
+    assert stats["tenants"] == len(NAMES) + 1
+
+
+def test_a_text_that_is_not_unicode_is_a_store_error(store: Store) -> None:
+    with pytest.raises(StoreError, match="not valid Unicode"):
+        store.put("acme", "a lone \ud800 surrogate")
+    assert store.stats()["artifacts"] == 0

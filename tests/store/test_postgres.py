@@ -91,3 +91,27 @@ def test_open_store_opens_postgres(pg_harness: PostgresHarness) -> None:
     assert isinstance(store, PostgresStore)
     assert store.max_bytes == 1234
     store.close()
+
+
+def test_a_dropped_connection_is_opened_again(pg_harness: PostgresHarness) -> None:
+    """After the server ends the session (a restart, a failover, pg_terminate_backend)
+    the next call reconnects instead of failing with "the connection is closed"."""
+    store = pg_harness.open()
+    assert isinstance(store, PostgresStore)
+    try:
+        ref = store.put("t", "before")
+        for _ in range(2):
+            pid = store._db.info.backend_pid
+            pg_harness.admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            assert store.get("t", ref) == "before"
+            assert store._db.info.backend_pid != pid
+        store.put_state("t", "s", b"x")
+        pg_harness.admin.execute("SELECT pg_terminate_backend(%s)", (store._db.info.backend_pid,))
+        assert store.put("t", "after") != ref
+        pg_harness.admin.execute("SELECT pg_terminate_backend(%s)", (store._db.info.backend_pid,))
+        assert store.missing("t", [ref]) == frozenset()
+        assert store.get_state("t", "s") == b"x"
+    finally:
+        store.close()
+    with pytest.raises(StoreError, match="postgres store failed to look up an artifact"):
+        store.has("t", ref)  # a closed store does not reconnect

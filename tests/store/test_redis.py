@@ -98,3 +98,11 @@ def test_open_store_opens_redis() -> None:
     assert isinstance(store, RedisStore)
     assert store.ttl == 60
     store.close()
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:6379/0", "redis://127.0.0.1:notaport/0", "redis://[::1/0"]
+)
+def test_a_malformed_url_is_a_store_error(url: str) -> None:
+    with pytest.raises(StoreError, match="redis store failed to connect: invalid url"):
+        RedisStore(url, ttl_seconds=60)

@@ -14,7 +14,15 @@ Contract:
   older than :func:`touch_interval` (at most 10 minutes, a quarter of the TTL), so a
   session that re-sends a reference keeps its original from expiring, and under the
   byte cap it counts as used that recently.
+- Expired is gone. An artifact unused for longer than ``ttl`` (and session state not
+  written for that long) reads as missing on every backend even before ``gc`` drops
+  it, and reading it does not revive it; only ``put`` stores it again.
+- Self-healing. ``put`` of a text whose stored copy no longer matches its digest
+  replaces the damaged copy.
 - Session state is opaque bytes under ``(tenant, session)``.
+- Any ``str`` is a valid tenant or session name, also one holding NUL or a lone
+  surrogate (a header decoded with ``surrogateescape``); backends whose keys cannot hold
+  those store them through :func:`storage_name`.
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ import hashlib
 import re
 from collections.abc import Collection
 from typing import Protocol, runtime_checkable
+from urllib.parse import quote
 
-from ctxwarden.errors import ArtifactCorrupted
+from ctxwarden.errors import ArtifactCorrupted, StoreError
 
 __all__ = [
     "REF_PATTERN",
@@ -33,6 +42,9 @@ __all__ = [
     "chunked",
     "content_digest",
     "make_ref",
+    "state_bytes",
+    "storage_name",
+    "text_body",
     "touch_interval",
     "verified_text",
 ]
@@ -62,14 +74,47 @@ def content_digest(text: str) -> str:
     return "blake2b:" + hashlib.blake2b(text.encode("utf-8"), digest_size=32).hexdigest()
 
 
+def text_body(text: str) -> bytes:
+    """The UTF-8 bytes ``put`` stores; :class:`StoreError` for a text that has none (a
+    lone surrogate is not Unicode text and has no content address)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise StoreError(
+            f"cannot store a text that is not valid Unicode (a lone surrogate at {exc.start})"
+        ) from None
+
+
 def make_ref(digest: str) -> str:
     """The short reference for a digest: ``cw:`` and its first 12 hex digits."""
     return "cw:" + digest.split(":", 1)[1][:12]
 
 
-def verified_text(ref: str, digest: str, body: bytes | bytearray | memoryview) -> str:
+ESCAPED_NAME = "\x01"
+"""First character of a name :func:`storage_name` escaped (never of one it kept)."""
+
+
+def storage_name(name: str) -> str:
+    """``name`` as a key a SQL text column can hold: ``name`` itself when it is valid
+    Unicode text without NUL, else :data:`ESCAPED_NAME` and its percent-encoded UTF-8
+    (``surrogatepass``). A name that starts with :data:`ESCAPED_NAME` is escaped too, so
+    the mapping is one-to-one: two names never share a key."""
+    if "\x00" not in name and not name.startswith(ESCAPED_NAME):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+        else:
+            return name
+    return ESCAPED_NAME + quote(name.encode("utf-8", "surrogatepass"), safe="")
+
+
+def verified_text(ref: str, digest: object, body: object) -> str:
     """The stored ``body`` as text, after re-deriving its digest (the canonical form is
-    the contract); :class:`ArtifactCorrupted` when it is not UTF-8 or does not match."""
+    the contract); :class:`ArtifactCorrupted` when it is not bytes, not UTF-8 or does not
+    match (a damaged row may hold any type)."""
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise ArtifactCorrupted(f"artifact {ref} is stored as {type(body).__name__}, not bytes")
     try:
         text = bytes(body).decode("utf-8")
     except UnicodeDecodeError:
@@ -77,6 +122,20 @@ def verified_text(ref: str, digest: str, body: bytes | bytearray | memoryview) -
     if content_digest(text) != digest:
         raise ArtifactCorrupted(f"artifact {ref} does not match its digest")
     return text
+
+
+def state_bytes(value: object) -> bytes | None:
+    """Stored session state as bytes: a damaged row holding text gives its UTF-8 (which
+    the session decoder then rejects as it rejects any bad state), any other type
+    ``None`` (no state)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8", "surrogateescape")  # the bytes as stored
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass")
+    return None
 
 
 @runtime_checkable

@@ -7,44 +7,65 @@ from collections import OrderedDict
 from collections.abc import Collection
 
 from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing
-from ctxwarden.store.base import content_digest, make_ref, touch_interval
+from ctxwarden.store.base import content_digest, make_ref, text_body, touch_interval
 
 __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
-    """Artifacts in an LRU dict keyed by ``(tenant, ref)``."""
+    """Artifacts in a dict keyed by ``(tenant, ref)``, in order of last use (the order
+    only changes when a last use is rewritten, so it always follows the timestamps)."""
 
     def __init__(self, *, ttl_seconds: float = 30 * 86400, max_bytes: int = 1 << 30) -> None:
         self.ttl = ttl_seconds
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, str], tuple[str, str, float]] = OrderedDict()
-        self._states: dict[tuple[str, str], bytes] = {}
+        self._sizes: dict[tuple[str, str], int] = {}  # as put (a corrupted copy keeps it)
+        self._states: dict[tuple[str, str], tuple[bytes, float]] = {}
         self._bytes = 0
 
+    def _live(self, key: tuple[str, str], now: float) -> tuple[str, str, float] | None:
+        """The entry under ``key`` unless it is absent or past its TTL."""
+        item = self._items.get(key)
+        if item is None or now - item[2] > self.ttl:
+            return None
+        return item
+
+    def _use(self, key: tuple[str, str], text: str, digest: str, now: float) -> None:
+        self._items[key] = (text, digest, now)
+        self._items.move_to_end(key)
+
     def put(self, tenant: str, text: str) -> str:
+        """Keep ``text``; a damaged stored copy is replaced, a valid one of a different
+        text sharing the reference (a 48-bit prefix collision) is kept (first write wins)."""
+        size = len(text_body(text))
         digest = content_digest(text)
         ref = make_ref(digest)
         key = (tenant, ref)
-        if key not in self._items:
-            self._bytes += len(text.encode("utf-8"))
-        self._items[key] = (text, digest, time.time())
-        self._items.move_to_end(key)
+        old = self._items.get(key)
+        if old is not None:
+            old_text, old_digest, _ = old
+            if old_digest != digest and content_digest(old_text) == old_digest:
+                return ref  # a valid artifact of another text: first write wins
+            self._bytes -= self._sizes[key]
+        self._sizes[key] = size
+        self._bytes += self._sizes[key]
+        self._use(key, text, digest, time.time())
         return ref
 
     def get(self, tenant: str, ref: str) -> str:
-        item = self._items.get((tenant, ref))
+        now = time.time()
+        item = self._live((tenant, ref), now)
         if item is None:
             raise ArtifactMissing(f"no artifact {ref}")
         text, digest, _ = item
         if content_digest(text) != digest:
             raise ArtifactCorrupted(f"artifact {ref} does not match its digest")
-        self._items[(tenant, ref)] = (text, digest, time.time())
-        self._items.move_to_end((tenant, ref))
+        self._use((tenant, ref), text, digest, now)
         return text
 
     def has(self, tenant: str, ref: str) -> bool:
-        return (tenant, ref) in self._items
+        return self._live((tenant, ref), time.time()) is not None
 
     def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
         now = time.time()
@@ -52,13 +73,11 @@ class MemoryStore:
         gone = set()
         for ref in refs:
             key = (tenant, ref)
-            item = self._items.get(key)
+            item = self._live(key, now)
             if item is None:
                 gone.add(ref)
-                continue
-            if item[2] < stale_before:
-                self._items[key] = (item[0], item[1], now)
-            self._items.move_to_end(key)
+            elif item[2] < stale_before:
+                self._use(key, item[0], item[1], now)
         return frozenset(gone)
 
     def corrupt(self, tenant: str, ref: str, text: str) -> None:
@@ -67,10 +86,13 @@ class MemoryStore:
         self._items[(tenant, ref)] = (text, digest, used)
 
     def get_state(self, tenant: str, session: str) -> bytes | None:
-        return self._states.get((tenant, session))
+        entry = self._states.get((tenant, session))
+        if entry is None or time.time() - entry[1] > self.ttl:
+            return None
+        return entry[0]
 
     def put_state(self, tenant: str, session: str, state: bytes) -> None:
-        self._states[(tenant, session)] = state
+        self._states[(tenant, session)] = (bytes(state), time.time())
 
     def stats(self) -> dict[str, int]:
         tenants = {t for t, _ in self._items} | {t for t, _ in self._states}
@@ -82,15 +104,26 @@ class MemoryStore:
         }
 
     def gc(self, now: float | None = None) -> int:
+        """Drop session state and artifacts unused for ``ttl``, then the least recently
+        used artifacts until the rest fits ``max_bytes`` (the SQLite rule)."""
         now = time.time() if now is None else now
+        for key in [k for k, (_, updated) in self._states.items() if now - updated > self.ttl]:
+            del self._states[key]
         dropped = 0
-        for key in list(self._items):
-            text, _, used = self._items[key]
-            if now - used > self.ttl or self._bytes > self.max_bytes:
-                del self._items[key]
-                self._bytes -= len(text.encode("utf-8"))
+        for key in [k for k, (_, _, used) in self._items.items() if now - used > self.ttl]:
+            self._drop(key)
+            dropped += 1
+        if self._bytes > self.max_bytes:
+            for key in sorted(self._items, key=lambda k: self._items[k][2]):
+                if self._bytes <= self.max_bytes:
+                    break
+                self._drop(key)
                 dropped += 1
         return dropped
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        del self._items[key]
+        self._bytes -= self._sizes.pop(key)
 
     def close(self) -> None:
         return None

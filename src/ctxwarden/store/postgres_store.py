@@ -10,19 +10,37 @@ Schema migrations are named, append-only and applied once (table
 starting together do not race. Timestamps are the clients' ``time.time()`` (as in
 SQLite), so ``gc(now)`` means the same thing on every backend. psycopg errors are
 translated to :class:`~ctxwarden.errors.StoreError` where they enter.
+
+A connection the server dropped (a restart, a failover, an idle timeout,
+``pg_terminate_backend``) is opened again by the next call, which then runs once more
+on the fresh connection (every operation is idempotent); after :meth:`close` nothing
+reconnects. Tenant and session names go through
+:func:`~ctxwarden.store.base.storage_name` (a text column holds no NUL).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any, TypeVar
 
 import psycopg
 
-from ctxwarden.errors import ArtifactMissing, StoreError
-from ctxwarden.store.base import content_digest, make_ref, touch_interval, verified_text
+from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
+from ctxwarden.store.base import (
+    content_digest,
+    make_ref,
+    state_bytes,
+    storage_name,
+    text_body,
+    touch_interval,
+    verified_text,
+)
+
+_T = TypeVar("_T")
+_Db = psycopg.Connection[Any]
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -83,6 +101,7 @@ class PostgresStore:
         self.ttl = ttl_seconds
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._closed = False
         with _translated("connect"):
             self._db = psycopg.connect(url, autocommit=True)
         try:
@@ -109,36 +128,93 @@ class PostgresStore:
                         db.execute(statement.encode("utf-8"))
                 db.execute("INSERT INTO ctxwarden_migrations VALUES (%s, %s)", (name, time.time()))
 
+    def _run(self, action: str, work: Callable[[_Db], _T]) -> _T:
+        """``work(connection)`` under the lock, errors translated; a connection found
+        closed or broken by the server is opened again and ``work`` run once more."""
+        with self._lock, _translated(action):
+            if self._db.closed and not self._closed:
+                self._reconnect()
+            try:
+                return work(self._db)
+            except psycopg.Error:
+                if self._closed or not self._db.closed:
+                    raise  # a query failed on a live connection (or the store is closed)
+            self._reconnect()
+            return work(self._db)
+
+    def _reconnect(self) -> None:
+        with suppress(psycopg.Error):
+            self._db.close()
+        self._db = psycopg.connect(self.url, autocommit=True)
+
     def put(self, tenant: str, text: str) -> str:
+        """Keep ``text``. A stored copy of the same digest gets the body again when it
+        differs (a damaged copy heals; an intact one keeps its stored value, not
+        rewritten); one of another digest (a 48-bit prefix collision, or a damaged
+        digest) is replaced only when it is damaged or expired: a valid one wins."""
+        body = text_body(text)
         digest = content_digest(text)
         ref = make_ref(digest)
-        body = text.encode("utf-8")
         now = time.time()
-        with self._lock, _translated("store an artifact"):
-            self._db.execute(
-                "INSERT INTO ctxwarden_artifacts VALUES (%s,%s,%s,%s,%s,%s,%s) "
-                "ON CONFLICT (tenant, ref) DO UPDATE SET last_used=EXCLUDED.last_used",
-                (tenant, ref, digest, body, len(body), now, now),
-            )
+        row = (storage_name(tenant), ref, digest, body, len(body), now, now)
+
+        def work(db: _Db) -> None:
+            written = db.execute(
+                "INSERT INTO ctxwarden_artifacts AS a VALUES (%s,%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT (tenant, ref) DO UPDATE SET "
+                "body = CASE WHEN a.body = EXCLUDED.body THEN a.body ELSE EXCLUDED.body END, "
+                "size = EXCLUDED.size, last_used = EXCLUDED.last_used "
+                "WHERE a.digest = EXCLUDED.digest",
+                row,
+            ).rowcount
+            if not written:
+                self._replace_unless_valid(db, row)
+
+        self._run("store an artifact", work)
         return ref
 
-    def get(self, tenant: str, ref: str) -> str:
-        with self._lock, _translated("read an artifact"):
-            row = self._db.execute(
-                "UPDATE ctxwarden_artifacts SET last_used=%s WHERE tenant=%s AND ref=%s "
-                "RETURNING digest, body",
-                (time.time(), tenant, ref),
+    def _replace_unless_valid(
+        self, db: _Db, row: tuple[str, str, str, bytes, int, float, float]
+    ) -> None:
+        key, ref, _, _, _, now, _ = row
+        with db.transaction():
+            old = db.execute(
+                "SELECT digest, body, last_used FROM ctxwarden_artifacts "
+                "WHERE tenant=%s AND ref=%s FOR UPDATE",
+                (key, ref),
             ).fetchone()
+            if old is not None and old[2] >= now - self.ttl:
+                try:
+                    verified_text(ref, old[0], old[1])
+                    return  # a valid artifact of another text: keep it
+                except ArtifactCorrupted:
+                    pass
+            db.execute("DELETE FROM ctxwarden_artifacts WHERE tenant=%s AND ref=%s", (key, ref))
+            db.execute("INSERT INTO ctxwarden_artifacts VALUES (%s,%s,%s,%s,%s,%s,%s)", row)
+
+    def get(self, tenant: str, ref: str) -> str:
+        now = time.time()
+        row = self._run(
+            "read an artifact",
+            lambda db: db.execute(
+                "UPDATE ctxwarden_artifacts SET last_used=%s "
+                "WHERE tenant=%s AND ref=%s AND last_used >= %s RETURNING digest, body",
+                (now, storage_name(tenant), ref, now - self.ttl),
+            ).fetchone(),
+        )
         if row is None:
             raise ArtifactMissing(f"no artifact {ref}")
         digest, body = row
         return verified_text(ref, digest, body)
 
     def has(self, tenant: str, ref: str) -> bool:
-        with self._lock, _translated("look up an artifact"):
-            row = self._db.execute(
-                "SELECT 1 FROM ctxwarden_artifacts WHERE tenant=%s AND ref=%s", (tenant, ref)
-            ).fetchone()
+        row = self._run(
+            "look up an artifact",
+            lambda db: db.execute(
+                "SELECT 1 FROM ctxwarden_artifacts WHERE tenant=%s AND ref=%s AND last_used >= %s",
+                (storage_name(tenant), ref, time.time() - self.ttl),
+            ).fetchone(),
+        )
         return row is not None
 
     def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
@@ -146,46 +222,59 @@ class PostgresStore:
         if not wanted:
             return frozenset()
         now = time.time()
-        with self._lock, _translated("look up artifacts"):
-            rows = self._db.execute(
-                "SELECT ref, last_used FROM ctxwarden_artifacts WHERE tenant=%s AND ref = ANY(%s)",
-                (tenant, wanted),
+        key = storage_name(tenant)
+
+        def work(db: _Db) -> list[tuple[Any, ...]]:
+            rows = db.execute(
+                "SELECT ref, last_used FROM ctxwarden_artifacts "
+                "WHERE tenant=%s AND ref = ANY(%s) AND last_used >= %s",
+                (key, wanted, now - self.ttl),
             ).fetchall()
             stale_before = now - touch_interval(self.ttl)
             stale = [ref for ref, last_used in rows if last_used < stale_before]
             if stale:
-                self._db.execute(
+                db.execute(
                     "UPDATE ctxwarden_artifacts SET last_used=%s WHERE tenant=%s AND ref = ANY(%s)",
-                    (now, tenant, stale),
+                    (now, key, stale),
                 )
+            return rows
+
+        rows = self._run("look up artifacts", work)
         return frozenset(wanted) - {ref for ref, _ in rows}
 
     def get_state(self, tenant: str, session: str) -> bytes | None:
-        with self._lock, _translated("read session state"):
-            row = self._db.execute(
-                "SELECT state FROM ctxwarden_sessions WHERE tenant=%s AND session=%s",
-                (tenant, session),
-            ).fetchone()
-        return bytes(row[0]) if row else None
+        row = self._run(
+            "read session state",
+            lambda db: db.execute(
+                "SELECT state FROM ctxwarden_sessions "
+                "WHERE tenant=%s AND session=%s AND updated >= %s",
+                (storage_name(tenant), storage_name(session), time.time() - self.ttl),
+            ).fetchone(),
+        )
+        return state_bytes(row[0]) if row else None
 
     def put_state(self, tenant: str, session: str, state: bytes) -> None:
-        with self._lock, _translated("write session state"):
-            self._db.execute(
+        self._run(
+            "write session state",
+            lambda db: db.execute(
                 "INSERT INTO ctxwarden_sessions VALUES (%s,%s,%s,%s) "
                 "ON CONFLICT (tenant, session) "
                 "DO UPDATE SET state=EXCLUDED.state, updated=EXCLUDED.updated",
-                (tenant, session, state, time.time()),
-            )
+                (storage_name(tenant), storage_name(session), state, time.time()),
+            ),
+        )
 
     def stats(self) -> dict[str, int]:
-        with self._lock, _translated("read stats"):
-            row = self._db.execute(
+        row = self._run(
+            "read stats",
+            lambda db: db.execute(
                 "SELECT (SELECT COUNT(*) FROM ctxwarden_artifacts), "
                 "(SELECT COALESCE(SUM(size), 0) FROM ctxwarden_artifacts), "
                 "(SELECT COUNT(*) FROM ctxwarden_sessions), "
                 "(SELECT COUNT(*) FROM (SELECT tenant FROM ctxwarden_artifacts "
                 "UNION SELECT tenant FROM ctxwarden_sessions) AS t)"
-            ).fetchone()
+            ).fetchone(),
+        )
         assert row is not None  # an aggregate always returns one row
         artifacts, size, sessions, tenants = (int(value) for value in row)
         return {"artifacts": artifacts, "bytes": size, "sessions": sessions, "tenants": tenants}
@@ -194,23 +283,31 @@ class PostgresStore:
         """Drop artifacts unused since ``now - ttl``, then the least recently used
         until the rest fits ``max_bytes`` (the same rule as SQLite, in one transaction).
         """
-        now = time.time() if now is None else now
-        with self._lock, _translated("collect garbage"), self._db.transaction():
-            expired = self._db.execute(
-                "DELETE FROM ctxwarden_artifacts WHERE last_used < %s", (now - self.ttl,)
-            ).rowcount
-            self._db.execute("DELETE FROM ctxwarden_sessions WHERE updated < %s", (now - self.ttl,))
-            # Keep the longest most-recently-used run that fits the cap; drop the rest.
-            over = self._db.execute(
-                "DELETE FROM ctxwarden_artifacts AS a USING ("
-                "  SELECT tenant, ref, SUM(size) OVER ("
-                "    ORDER BY last_used DESC, tenant, ref ROWS UNBOUNDED PRECEDING) AS kept"
-                "  FROM ctxwarden_artifacts) AS r "
-                "WHERE r.kept > %s AND a.tenant = r.tenant AND a.ref = r.ref",
-                (self.max_bytes,),
-            ).rowcount
+        at = time.time() if now is None else now
+
+        def work(db: _Db) -> int:
+            with db.transaction():
+                return self._collect(db, at)
+
+        return self._run("collect garbage", work)
+
+    def _collect(self, db: _Db, now: float) -> int:
+        expired = db.execute(
+            "DELETE FROM ctxwarden_artifacts WHERE last_used < %s", (now - self.ttl,)
+        ).rowcount
+        db.execute("DELETE FROM ctxwarden_sessions WHERE updated < %s", (now - self.ttl,))
+        # Keep the longest most-recently-used run that fits the cap; drop the rest.
+        over = db.execute(
+            "DELETE FROM ctxwarden_artifacts AS a USING ("
+            "  SELECT tenant, ref, SUM(size) OVER ("
+            "    ORDER BY last_used DESC, tenant, ref ROWS UNBOUNDED PRECEDING) AS kept"
+            "  FROM ctxwarden_artifacts) AS r "
+            "WHERE r.kept > %s AND a.tenant = r.tenant AND a.ref = r.ref",
+            (self.max_bytes,),
+        ).rowcount
         return max(0, expired) + max(0, over)
 
     def close(self) -> None:
         with self._lock, _translated("close"):
+            self._closed = True
             self._db.close()

@@ -5,9 +5,10 @@ Layout (``namespace`` defaults to ``ctxwarden``)::
     {namespace}:{<tenant>}:a:cw:<12 hex>   hash: digest, body, size, created
     {namespace}:{<tenant>}:s:<session>     string: the session state
 
-``<tenant>`` and ``<session>`` are percent-encoded, so a tenant name can never reach
-into another tenant's keys (``:`` and braces are always escaped); the braces make the
-tenant a Redis Cluster hash tag, keeping one tenant's keys on one shard.
+``<tenant>`` and ``<session>`` are percent-encoded (their UTF-8, lone surrogates passed
+through), so a tenant name can never reach into another tenant's keys (``:`` and braces
+are always escaped); the braces make the tenant a Redis Cluster hash tag, keeping one
+tenant's keys on one shard.
 
 Time is Redis's: every artifact key carries an expiry of ``ttl`` that ``put`` and
 ``get`` refresh, so the server drops unused artifacts by itself and the last use of a
@@ -27,16 +28,39 @@ import time
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import redis
 
 from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
-from ctxwarden.store.base import content_digest, make_ref, verified_text
+from ctxwarden.store.base import (
+    content_digest,
+    make_ref,
+    state_bytes,
+    text_body,
+    verified_text,
+)
 
 __all__ = ["RedisStore"]
 
 _SCAN_BATCH = 500
+
+_PUT = """
+local old = redis.call('HGET', KEYS[1], 'digest')
+if old and old ~= ARGV[1] and old ~= ARGV[6] then
+  return 0
+end
+if old and old ~= ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'body', ARGV[2], 'size', ARGV[3])
+redis.call('HSETNX', KEYS[1], 'created', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+"""Write an artifact in one step: the hash of the same digest gets the body again (a
+damaged body heals); one of another digest is kept (first write wins) unless it is the
+digest ARGV[6] the caller found damaged. Returns 1 when written."""
 
 
 @contextmanager
@@ -48,7 +72,7 @@ def _translated(action: str) -> Iterator[None]:
 
 
 def _segment(name: str) -> str:
-    return quote(name, safe="")
+    return quote(name.encode("utf-8", "surrogatepass"), safe="")
 
 
 class RedisStore:
@@ -69,8 +93,12 @@ class RedisStore:
         self._ttl_ms = max(1, round(ttl_seconds * 1000))
         self._lock = threading.Lock()
         with _translated("connect"):
-            self._redis: redis.Redis = redis.Redis.from_url(url, decode_responses=False)
+            try:
+                self._redis: redis.Redis = redis.Redis.from_url(url, decode_responses=False)
+            except (ValueError, TypeError) as exc:
+                raise StoreError(f"redis store failed to connect: invalid url: {exc}") from exc
             self._redis.ping()
+            self._put = self._redis.register_script(_PUT)
 
     # -- keys --------------------------------------------------------------------------
 
@@ -83,7 +111,8 @@ class RedisStore:
         return f"{self.namespace}:{{{_segment(tenant)}}}:s:{_segment(session)}"
 
     def _parse_key(self, key: bytes) -> tuple[str, str] | None:
-        """``(tenant, kind)`` of one of this namespace's keys, else ``None``."""
+        """``(tenant, kind)`` of one of this namespace's keys, else ``None``; the tenant
+        as encoded in the key (one-to-one, so it counts tenants)."""
         rest = key.decode("utf-8", "replace")[len(self.namespace) + 1 :]
         if not rest.startswith("{") or "}:" not in rest:
             return None
@@ -91,7 +120,7 @@ class RedisStore:
         kind = tail[:2]
         if kind not in ("a:", "s:"):
             return None
-        return unquote(tenant), kind[0]
+        return tenant, kind[0]
 
     def _scan(self) -> Iterator[tuple[bytes, str, str]]:
         """Every key of this namespace as ``(key, tenant, kind)``."""
@@ -104,19 +133,28 @@ class RedisStore:
     # -- artifacts ---------------------------------------------------------------------
 
     def put(self, tenant: str, text: str) -> str:
-        """Keep ``text`` (first write wins, as in SQLite) and refresh its expiry."""
+        """Keep ``text`` and refresh its expiry. The body is written again, so a damaged
+        copy heals; a valid artifact of another text under the same reference (a 48-bit
+        prefix collision) is kept (first write wins, as in SQLite)."""
+        body = text_body(text)
         digest = content_digest(text)
         ref = make_ref(digest)
-        body = text.encode("utf-8")
         key = self.artifact_key(tenant, ref)
+        args: list[Any] = [digest, body, len(body), repr(time.time()), self._ttl_ms, b""]
         with self._lock, _translated("store an artifact"):
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.hsetnx(key, "digest", digest)
-            pipe.hsetnx(key, "body", body)
-            pipe.hsetnx(key, "size", len(body))
-            pipe.hsetnx(key, "created", repr(time.time()))
-            pipe.pexpire(key, self._ttl_ms)
-            pipe.execute()
+            if self._put(keys=[key], args=args):
+                return ref
+            found: list[Any] = self._redis.hmget(key, ["digest", "body"])
+            other, other_body = found
+            if other is None:
+                args[5] = b""  # gone meanwhile
+            else:
+                try:
+                    verified_text(ref, bytes(other).decode("utf-8", "replace"), other_body)
+                    return ref  # a valid artifact of another text
+                except ArtifactCorrupted:
+                    args[5] = other
+            self._put(keys=[key], args=args)
         return ref
 
     def get(self, tenant: str, ref: str) -> str:
@@ -159,9 +197,7 @@ class RedisStore:
     def get_state(self, tenant: str, session: str) -> bytes | None:
         with self._lock, _translated("read session state"):
             value = self._redis.get(self.state_key(tenant, session))
-        if isinstance(value, str):  # only with decode_responses, which this store never sets
-            return value.encode("utf-8")
-        return value
+        return None if value is None else state_bytes(value)
 
     def put_state(self, tenant: str, session: str, state: bytes) -> None:
         """Replace the state; it expires ``ttl`` after this write."""

@@ -2,6 +2,10 @@
 
 Schema migrations are named, append-only and applied once (table ``migrations``).
 sqlite3 errors are translated to :class:`~ctxwarden.errors.StoreError` where they enter.
+
+Lookups by reference (``missing`` on every request, ``has``) read the covering index
+``artifacts_lookup`` and never the bodies: ``artifacts`` is a WITHOUT ROWID table, so a
+search of its primary key reads every overflowing body it compares against.
 """
 
 from __future__ import annotations
@@ -13,11 +17,14 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ctxwarden.errors import ArtifactMissing, StoreError
+from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
 from ctxwarden.store.base import (
     chunked,
     content_digest,
     make_ref,
+    state_bytes,
+    storage_name,
+    text_body,
     touch_interval,
     verified_text,
 )
@@ -56,7 +63,15 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ) WITHOUT ROWID;
         """,
     ),
+    (
+        "0003_artifacts_lookup",
+        """
+        CREATE INDEX artifacts_lookup ON artifacts (tenant, ref, last_used, size);
+        """,
+    ),
 )
+
+_LOOKUP_INDEX = "artifacts_lookup"
 
 
 @contextmanager
@@ -65,6 +80,40 @@ def _translated(action: str) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise StoreError(f"sqlite store failed to {action}: {exc}") from exc
+
+
+_OS_ERRORS: dict[str, type[OSError]] = {}
+
+
+def _store_os_error(kind: type[OSError]) -> type[OSError]:
+    """A :class:`StoreError` that is also ``kind`` (callers that tell a folder made over
+    a file from a denied one by the OSError subclass keep working)."""
+    made = _OS_ERRORS.get(kind.__qualname__)
+    if made is None or not issubclass(made, kind):
+
+        def __str__(self: OSError) -> str:
+            return str(self.args[-1]) if len(self.args) == 3 else OSError.__str__(self)
+
+        made = type(f"Store{kind.__name__}", (StoreError, kind), {"__str__": __str__})
+        _OS_ERRORS[kind.__qualname__] = made
+    return made
+
+
+def _folder_error(path: Path, exc: OSError) -> OSError:
+    """The error of a folder ``path`` cannot be created in: a StoreError naming it."""
+    message = (
+        f"sqlite store failed to open {path}: cannot create its folder "
+        f"{path.parent}: {exc.strerror or exc}"
+    )
+    error = _store_os_error(type(exc))(exc.errno, exc.strerror, exc.filename)
+    error.args = (exc.errno, exc.strerror, message)
+    return error
+
+
+def _text(raw: bytes) -> str:
+    """TEXT values as read: a damaged row's invalid UTF-8 is kept (surrogateescape), so
+    it fails verification as corrupt instead of failing the read."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 class SqliteStore:
@@ -78,15 +127,57 @@ class SqliteStore:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         with _translated("open"):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                str(self.path), check_same_thread=False, isolation_level=None, timeout=10
-            )
             try:
-                self._open_with_retry()
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise _folder_error(self.path, exc) from exc
+            self._db = self._connect(str(self.path))
+            try:
+                try:
+                    self._open_with_retry()
+                except sqlite3.OperationalError as exc:
+                    if not self._unwritable(exc):
+                        raise
+                    self._db.close()
+                    self._db = self._open_read_only()
+                self._lookup = self._lookup_clause()
             except BaseException:
                 self._db.close()
                 raise
+
+    @staticmethod
+    def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            target, check_same_thread=False, isolation_level=None, timeout=10, uri=uri
+        )
+        db.text_factory = _text
+        return db
+
+    def _unwritable(self, exc: sqlite3.OperationalError) -> bool:
+        """True when opening failed because an existing database cannot be written
+        where it lies (a read-only mount: WAL cannot create its ``-shm`` file)."""
+        name = getattr(exc, "sqlite_errorname", "")
+        return name in ("SQLITE_CANTOPEN", "SQLITE_READONLY") and self.path.is_file()
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """The database as an immutable file (no ``-shm``, no locks): reads work, writes
+        fail as SQLITE_READONLY (so ``get``/``missing`` skip refreshing last use and
+        ``put`` raises). A ``-wal`` left beside it unmerged is not read."""
+        db = self._connect(self.path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
+        try:
+            db.execute("SELECT COUNT(*) FROM migrations").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _lookup_clause(self) -> str:
+        """``INDEXED BY`` the lookup index (the planner may pick the primary key, whose
+        search reads bodies), or nothing where a read-only copy predates it."""
+        found = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='index' AND name=?", (_LOOKUP_INDEX,)
+        ).fetchone()
+        return f"INDEXED BY {_LOOKUP_INDEX}" if found else ""
 
     def _open_with_retry(self, attempts: int = 50) -> None:
         """Switch to WAL and migrate. Changing the journal mode takes an exclusive lock
@@ -125,26 +216,64 @@ class SqliteStore:
                 raise
 
     def put(self, tenant: str, text: str) -> str:
+        """Keep ``text``. A stored copy of the same digest is rewritten with the body
+        (a damaged copy heals; SQLite rewrites the whole row for ``last_used`` anyway);
+        one of another digest (a 48-bit prefix collision, or a damaged digest) is
+        replaced only when it is damaged or expired: a valid one wins, as first write."""
+        body = text_body(text)
         digest = content_digest(text)
         ref = make_ref(digest)
-        body = text.encode("utf-8")
         now = time.time()
+        key = storage_name(tenant)
         with self._lock, _translated("store an artifact"):
-            self._db.execute(
+            row = (key, ref, digest, body, len(body), now, now)
+            written = self._db.execute(
                 "INSERT INTO artifacts VALUES (?,?,?,?,?,?,?) "
-                "ON CONFLICT (tenant, ref) DO UPDATE SET last_used=excluded.last_used",
-                (tenant, ref, digest, body, len(body), now, now),
-            )
+                "ON CONFLICT (tenant, ref) DO UPDATE SET body=excluded.body, "
+                "size=excluded.size, last_used=excluded.last_used "
+                "WHERE artifacts.digest=excluded.digest",
+                row,
+            ).rowcount
+            if not written:
+                self._replace_unless_valid(row)
         return ref
 
+    def _replace_unless_valid(self, row: tuple[str, str, str, bytes, int, float, float]) -> None:
+        key, ref, _, _, _, now, _ = row
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            old = db.execute(
+                "SELECT digest, body, last_used FROM artifacts WHERE tenant=? AND ref=?",
+                (key, ref),
+            ).fetchone()
+            if old is not None and old[2] >= now - self.ttl:
+                try:
+                    verified_text(ref, old[0], old[1])
+                except ArtifactCorrupted:
+                    pass
+                else:
+                    old = None  # a valid artifact of another text: keep it
+            if old is not None:
+                db.execute("DELETE FROM artifacts WHERE tenant=? AND ref=?", (key, ref))
+                db.execute("INSERT INTO artifacts VALUES (?,?,?,?,?,?,?)", row)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
     def get(self, tenant: str, ref: str) -> str:
+        now = time.time()
+        key = storage_name(tenant)
         with self._lock, _translated("read an artifact"):
             row = self._db.execute(
-                "SELECT digest, body FROM artifacts WHERE tenant=? AND ref=?", (tenant, ref)
+                "SELECT digest, body FROM artifacts WHERE tenant=? AND ref=? AND last_used>=?",
+                (key, ref, now - self.ttl),
             ).fetchone()
             if row is not None:
                 self._touch("UPDATE artifacts SET last_used=? WHERE tenant=? AND ref=?",
-                            (time.time(), tenant, ref))  # fmt: skip
+                            (now, key, ref))  # fmt: skip
         if row is None:
             raise ArtifactMissing(f"no artifact {ref}")
         digest, body = row
@@ -162,21 +291,24 @@ class SqliteStore:
     def has(self, tenant: str, ref: str) -> bool:
         with self._lock, _translated("look up an artifact"):
             row = self._db.execute(
-                "SELECT 1 FROM artifacts WHERE tenant=? AND ref=?", (tenant, ref)
+                f"SELECT 1 FROM artifacts {self._lookup} WHERE tenant=? AND ref=? AND last_used>=?",
+                (storage_name(tenant), ref, time.time() - self.ttl),
             ).fetchone()
         return row is not None
 
     def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
         now = time.time()
         stale_before = now - touch_interval(self.ttl)
+        key = storage_name(tenant)
         found: set[str] = set()
         stale: list[str] = []
         with self._lock, _translated("look up artifacts"):
             for part in chunked(set(refs), _MAX_PARAMS):
                 marks = ",".join("?" * len(part))
                 for ref, last_used in self._db.execute(
-                    f"SELECT ref, last_used FROM artifacts WHERE tenant=? AND ref IN ({marks})",
-                    (tenant, *part),
+                    f"SELECT ref, last_used FROM artifacts {self._lookup} "
+                    f"WHERE tenant=? AND ref IN ({marks}) AND last_used>=?",
+                    (key, *part, now - self.ttl),
                 ):
                     found.add(ref)
                     if last_used < stale_before:
@@ -185,23 +317,24 @@ class SqliteStore:
                 marks = ",".join("?" * len(part))
                 self._touch(
                     f"UPDATE artifacts SET last_used=? WHERE tenant=? AND ref IN ({marks})",
-                    (now, tenant, *part),
+                    (now, key, *part),
                 )
         return frozenset(refs) - found
 
     def get_state(self, tenant: str, session: str) -> bytes | None:
         with self._lock, _translated("read session state"):
             row = self._db.execute(
-                "SELECT state FROM sessions WHERE tenant=? AND session=?", (tenant, session)
+                "SELECT state FROM sessions WHERE tenant=? AND session=? AND updated>=?",
+                (storage_name(tenant), storage_name(session), time.time() - self.ttl),
             ).fetchone()
-        return bytes(row[0]) if row else None
+        return state_bytes(row[0]) if row else None
 
     def put_state(self, tenant: str, session: str, state: bytes) -> None:
         with self._lock, _translated("write session state"):
             self._db.execute(
                 "INSERT INTO sessions VALUES (?,?,?,?) ON CONFLICT (tenant, session) "
                 "DO UPDATE SET state=excluded.state, updated=excluded.updated",
-                (tenant, session, state, time.time()),
+                (storage_name(tenant), storage_name(session), state, time.time()),
             )
 
     def stats(self) -> dict[str, int]:
@@ -217,26 +350,46 @@ class SqliteStore:
         return {"artifacts": artifacts, "bytes": size, "sessions": sessions, "tenants": tenants}
 
     def gc(self, now: float | None = None) -> int:
+        """Drop what expired, then the least recently used past the cap: one write
+        transaction, so two collectors at once (two replicas, a cron and the CLI) see
+        each other's deletions instead of trimming the same excess twice."""
         now = time.time() if now is None else now
+        db = self._db
         with self._lock, _translated("collect garbage"):
-            cur = self._db.execute("DELETE FROM artifacts WHERE last_used < ?", (now - self.ttl,))
-            dropped = cur.rowcount
-            self._db.execute("DELETE FROM sessions WHERE updated < ?", (now - self.ttl,))
-            total = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM artifacts").fetchone()[0]
-            if total > self.max_bytes:
-                excess = total - self.max_bytes
-                rows = self._db.execute(
-                    "SELECT tenant, ref, size FROM artifacts ORDER BY last_used"
-                ).fetchall()
-                for tenant, ref, size in rows:
-                    if excess <= 0:
-                        break
-                    self._db.execute(
-                        "DELETE FROM artifacts WHERE tenant=? AND ref=?", (tenant, ref)
-                    )
-                    excess -= size
-                    dropped += 1
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                dropped = self._collect(now)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
         return dropped
+
+    def _collect(self, now: float) -> int:
+        db = self._db
+        dropped: int = db.execute(
+            "DELETE FROM artifacts WHERE last_used < ?", (now - self.ttl,)
+        ).rowcount
+        db.execute("DELETE FROM sessions WHERE updated < ?", (now - self.ttl,))
+        total = db.execute(
+            f"SELECT COALESCE(SUM(size), 0) FROM artifacts {self._lookup}"
+        ).fetchone()[0]
+        excess = total - self.max_bytes
+        if excess <= 0:
+            return dropped
+        rows = db.execute(
+            f"SELECT tenant, ref, size FROM artifacts {self._lookup} ORDER BY last_used"
+        )
+        doomed: list[tuple[str, str]] = []
+        for tenant, ref, size in rows:
+            if excess <= 0:
+                break
+            doomed.append((tenant, ref))
+            excess -= size
+        rows.close()
+        db.executemany("DELETE FROM artifacts WHERE tenant=? AND ref=?", doomed)
+        return dropped + len(doomed)
 
     def close(self) -> None:
         with self._lock:
