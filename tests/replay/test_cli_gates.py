@@ -70,3 +70,16 @@ def test_sessions_sharing_an_id_do_not_share_engine_state(tmp_path: Path) -> Non
     first, second = both.subjects[0].sessions
     assert first.session == second.session  # the same id
     assert first.tokens == second.tokens == alone.subjects[0].sessions[0].tokens
+
+
+def test_median_and_worst_session_gates(session_file: Path) -> None:
+    result = run_replay([session_file], ("default",), baselines=[])
+    a = result.subjects[0].aggregate()
+    worst = min(a["cost"][s]["worst"] for s in ("openai", "anthropic"))
+    passing = Gates(min_median_reduction=a["reduction"]["median"],
+                    min_worst_session_saving=worst)  # fmt: skip
+    assert check_gates(result, passing) == []
+    failing = Gates(min_median_reduction=a["reduction"]["median"] + 0.01,
+                    min_worst_session_saving=worst + 0.01)  # fmt: skip
+    names = [f.split("gate ")[1].split(" ")[0] for f in check_gates(result, failing)]
+    assert names == ["min_median_reduction", "min_worst_session_saving"]

@@ -9,6 +9,8 @@
     max_p95_ms = 50                  # p95 condense time
     max_integrity_violations = 0     # all categories together
     min_cost_saving = 0.0            # cache-adjusted saving, the worse of both styles
+    min_median_reduction = 0.40      # the median session's reduction
+    min_worst_session_saving = -0.02 # no session dearer than this (worse of both styles)
 
 Gates judge every engine configuration of the run (baselines are references, not
 candidates); a run without engine configurations judges every non-``exact``
@@ -42,6 +44,12 @@ class Gates(BaseModel):
     min_cost_saving: float | None = Field(
         None, ge=-10, le=1, description="Cache-adjusted saving (worse of both styles)."
     )
+    min_median_reduction: float | None = Field(
+        None, ge=-10, le=1, description="The median session's reduction."
+    )
+    min_worst_session_saving: float | None = Field(
+        None, ge=-10, le=1, description="The worst session's saving (worse of both styles)."
+    )
 
 
 def load_gates(path: str | Path | None) -> Gates:
@@ -70,6 +78,8 @@ def check_gates(result: ReplayResult, gates: Gates) -> list[str]:
         a = subject.aggregate()
         saving = [a["cost"][s]["total"] for s in ("openai", "anthropic")]
         worst_saving = None if None in saving else min(saving)
+        per_session = [a["cost"][s]["worst"] for s in ("openai", "anthropic")]
+        worst_session = None if None in per_session else min(per_session)
         checks: list[tuple[str, float | None, float | None, bool]] = [
             ("min_reduction", gates.min_reduction, a["reduction"]["total"], True),
             ("min_support", gates.min_support, a["support"]["total"], True),
@@ -82,6 +92,8 @@ def check_gates(result: ReplayResult, gates: Gates) -> list[str]:
                 False,
             ),
             ("min_cost_saving", gates.min_cost_saving, worst_saving, True),
+            ("min_median_reduction", gates.min_median_reduction, a["reduction"]["median"], True),
+            ("min_worst_session_saving", gates.min_worst_session_saving, worst_session, True),
         ]
         if not a.get("requests"):
             if any(limit is not None for _, limit, _, _ in checks):

@@ -18,7 +18,6 @@ request expands to a deterministic string (see :func:`expand`).
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -171,7 +170,7 @@ def _got(report: dict[str, Any]) -> str:
 
 def _tamper(store: MemoryStore, action: str, refs: list[str]) -> None:
     if action == "drop_artifacts":
-        store.gc(now=time.time() + store.ttl * 10)
+        store.lose_artifacts()
     elif action == "corrupt_artifacts":
         for ref in refs:
             if store.has("local", ref):

@@ -80,6 +80,12 @@ class MemoryStore:
                 self._use(key, item[0], item[1], now)
         return frozenset(gone)
 
+    def lose_artifacts(self) -> None:
+        """Test hook: every artifact is gone (evicted, lost); session states stay."""
+        self._items.clear()
+        self._sizes.clear()
+        self._bytes = 0
+
     def corrupt(self, tenant: str, ref: str, text: str) -> None:
         """Test hook: replace stored bytes without updating the digest."""
         _, digest, used = self._items[(tenant, ref)]
