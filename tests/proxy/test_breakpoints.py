@@ -79,3 +79,24 @@ async def test_the_proxy_marks_active_anthropic_requests_only(proxy: Proxy) -> N
         assert proxy.recorder.last(route="messages")["cache_breakpoint"] is True
         await a.messages.create(**request, extra_headers={"x-ctxwarden-mode": "exact"})
         assert "cache_control" not in proxy.fake.received[-1].json()["messages"][2]["content"][-1]
+
+
+def test_only_real_markers_count_and_are_copied() -> None:
+    # a tool parameter named cache_control is schema, not a marker
+    request = _turns(None)
+    schema = {"type": "object", "properties": {"cache_control": {"type": "string"}}}
+    request["tools"] = [{"name": "http", "input_schema": schema, "cache_control": EPHEMERAL}]
+    request["messages"][3]["content"][0]["input"] = {"cache_control": {"type": "x"}}
+    marked = with_step_breakpoint(request)
+    assert marked is not None
+    assert marked["messages"][2]["content"][-1]["cache_control"] == EPHEMERAL
+    # a request-level marker (automatic caching) takes one of the four slots
+    crowded = _turns()
+    crowded["cache_control"] = EPHEMERAL
+    crowded["system"] = [{"type": "text", "text": f"s{i}", "cache_control": EPHEMERAL}
+                         for i in range(2)]  # fmt: skip
+    assert with_step_breakpoint(crowded) is None
+    automatic = _turns(None)
+    automatic["cache_control"] = EPHEMERAL
+    marked = with_step_breakpoint(automatic)
+    assert marked is not None and marked["messages"][2]["content"][-1]["cache_control"] == EPHEMERAL

@@ -359,3 +359,31 @@ async def test_an_agent_gets_the_recall_tool_from_its_first_turn(proxy: Proxy) -
             extra_headers={"x-ctxwarden-mode": "exact"},
         )  # fmt: skip
         assert proxy.fake.received[-1].json()["tools"] == own
+
+
+async def test_no_recall_tool_before_references_when_the_client_forces_a_tool(
+    proxy: Proxy,
+) -> None:
+    # forced to call a tool, the model could pick ours: offered only with references
+    async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as c:
+        await c.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "go"}], tools=[_tool(0)],
+            tool_choice="required",
+        )  # fmt: skip
+    assert [t["function"]["name"] for t in proxy.fake.received[-1].json()["tools"]] == ["tool_0"]
+
+
+def test_the_responses_recall_tool_is_not_strict() -> None:
+    injected = DIALECTS["openai.responses"].inject({"model": "m", "input": "q", "tools": []})
+    assert injected is not None and injected["tools"][-1]["strict"] is False
+
+
+def test_a_stateless_continuation_keeps_server_tool_items_as_they_came() -> None:
+    from ctxwarden.proxy.recall import RecallAnswer, RecallCall, RoundResult
+
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed"}
+    result = RoundResult(calls=[RecallCall("c1", "{}")], assistant=[search])
+    sent = DIALECTS["openai.responses"].continuation(
+        {"model": "m", "input": "q", "store": False}, result, [RecallAnswer("c1", "t", True)]
+    )["input"]
+    assert sent[1] == search

@@ -179,14 +179,23 @@ class _CountingStore(MemoryStore):
         raise AssertionError("readiness must not walk the whole store")
 
 
-@pytest.mark.parametrize("interval", [0.05, 0.0])
+@pytest.mark.parametrize("interval", [1.0, 0.0])
 async def test_the_store_is_collected_on_schedule_and_probed_cheaply(
     make_proxy: ProxyFactory, interval: float
 ) -> None:
     store = _CountingStore()
     engine = Engine(EngineConfig(store={"backend": "memory"}), store=store)
     async with make_proxy(engine, gc_interval=interval) as proxy:
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(2.3 if interval else 0.3)
         async with aiohttp.ClientSession() as s, s.get(proxy.url + "/readyz") as r:
             assert r.status == 200
     assert (store.collections >= 2) if interval else store.collections == 0
+
+
+@pytest.mark.parametrize("interval", [-1.0, 1e-9, 0.5, float("inf"), float("nan")])
+def test_a_gc_interval_is_never_or_at_least_a_second(interval: float) -> None:
+    from ctxwarden.errors import ConfigError
+    from ctxwarden.proxy import ProxySettings
+
+    with pytest.raises(ConfigError, match="gc_interval"):
+        ProxySettings(gc_interval=interval)

@@ -26,18 +26,33 @@ MAX_BREAKPOINTS = 4
 _CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
 
 
-def _markers(node: Any) -> list[dict[str, Any]]:
-    """The ``cache_control`` markers under ``node``, in prompt order."""
-    if isinstance(node, dict):
-        own = node.get("cache_control")
-        found = [own] if isinstance(own, dict) else []
-        for key, value in node.items():
-            if key != "cache_control":
-                found.extend(_markers(value))
-        return found
-    if isinstance(node, list):
-        return [m for value in node for m in _markers(value)]
-    return []
+def _marker(node: Any) -> list[dict[str, Any]]:
+    own = node.get("cache_control") if isinstance(node, dict) else None
+    return [own] if isinstance(own, dict) else []
+
+
+def _block_markers(blocks: Any) -> list[dict[str, Any]]:
+    """The markers of a content list in prompt order: a tool result's inner blocks
+    before its own (tool inputs and schemas are data, never markers)."""
+    found: list[dict[str, Any]] = []
+    for block in blocks if isinstance(blocks, list) else ():
+        inner = block.get("content") if isinstance(block, dict) else None
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "tool_result"
+            and isinstance(inner, list)
+        ):
+            for sub in inner:
+                found.extend(_marker(sub))
+        found.extend(_marker(block))
+    return found
+
+
+def _message_markers(messages: list[Any]) -> list[dict[str, Any]]:
+    return [
+        m for message in messages if isinstance(message, dict)
+        for m in _block_markers(message.get("content"))
+    ]  # fmt: skip
 
 
 def with_step_breakpoint(request: dict[str, Any]) -> dict[str, Any] | None:
@@ -65,12 +80,14 @@ def with_step_breakpoint(request: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if "cache_control" in block:
         return None  # the client marked it already
+    tools = request.get("tools")
     before = [
-        *_markers(request.get("tools")),
-        *_markers(request.get("system")),
-        *_markers(messages[:last_assistant]),
+        *(m for tool in (tools if isinstance(tools, list) else ()) for m in _marker(tool)),
+        *_block_markers(request.get("system")),
+        *_message_markers(messages[:last_assistant]),
     ]
-    after = _markers(messages[last_assistant:])
+    # a request-level marker (automatic caching) takes a slot and marks the end
+    after = [*_message_markers(messages[last_assistant:]), *_marker(request)]
     if not before + after or len(before) + len(after) >= MAX_BREAKPOINTS:
         return None
     # the TTL of the client's next marker (else its previous one): TTLs must not grow

@@ -149,8 +149,10 @@ class ChatDialect:
 
 class ResponsesDialect:
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        # strict: false said outright: Responses function tools may default to strict,
+        # which would refuse a schema with an optional property (a 400 for every request)
         spec = {"type": "function", "name": RECALL_TOOL_NAME, "description": tool_description,
-                "parameters": tool_parameters}  # fmt: skip
+                "parameters": tool_parameters, "strict": False}  # fmt: skip
         return _append_named_tool(request, spec, limit=MAX_TOOLS)
 
     def last_round(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -198,13 +200,16 @@ def _stateless(items: list[Any]) -> list[Any]:
     client did not ask for it) cannot be sent back at all."""
     out = []
     for item in items:
-        if not isinstance(item, dict):
-            out.append(item)
-        elif item.get("type") == "reasoning" and not item.get("encrypted_content"):
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "reasoning" and not item.get("encrypted_content"):
             continue
-        else:
-            out.append({k: v for k, v in item.items() if k != "id"})
+        if kind in _ECHOED_WITHOUT_ID:
+            item = {k: v for k, v in item.items() if k != "id"}
+        out.append(item)  # other items (server tool calls) as they came
     return out
+
+
+_ECHOED_WITHOUT_ID = frozenset({"reasoning", "message", "function_call", "custom_tool_call"})
 
 
 class MessagesDialect:

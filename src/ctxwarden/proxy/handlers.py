@@ -316,9 +316,14 @@ def _uses_tools(request: dict[str, Any]) -> bool:
     """An agent's request (it offers tools): it gets the recall tool from its first turn
     on, references or not, so its tool list (the start of the cached prompt) never
     changes mid-session; a step then re-sends only what it rewrote, not the whole
-    prompt. Requests without tools get it only once they hold references."""
+    prompt. Requests without tools get it only once they hold references, and so do
+    requests that force a tool call (the model could meet "call a tool" with ours)."""
     tools = request.get("tools")
-    return isinstance(tools, list) and bool(tools)
+    choice = request.get("tool_choice")
+    forced = choice in ("required", "any") or (
+        isinstance(choice, dict) and choice.get("type") not in (None, "auto", "none")
+    )
+    return isinstance(tools, list) and bool(tools) and not forced
 
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"

@@ -58,7 +58,9 @@ class ProxySettings:
                 raise ConfigError("must be an http(s) origin", name)
         if self.admin_token is not None and len(self.admin_token) < 16:
             raise ConfigError("must be at least 16 characters", "admin_token")
-        if not self.gc_interval >= 0:  # NaN included
-            raise ConfigError(f"{self.gc_interval} is not a number of seconds >= 0", "gc_interval")
+        if not (self.gc_interval == 0 or 1 <= self.gc_interval <= 86_400 * 7):  # NaN too
+            raise ConfigError(
+                f"{self.gc_interval} is not 0 (never) or 1 to 604800 seconds", "gc_interval"
+            )
         if self.max_body_bytes <= 0 or self.max_recall_rounds < 0:
             raise ConfigError("limits must be positive", "max_body_bytes")

@@ -13,9 +13,10 @@ Categories (each a count per request):
 - ``protected``: a system / developer message, the first user message or a message
   after the last assistant message is not byte-identical;
 - ``shape``: a changed item differs in anything but its text payload (``content``,
-  ``text``, ``output`` and ``arguments`` strings): a key added or removed, a type, an
-  id, a content list turned into a string; or tool-call arguments that were JSON are
-  JSON no more (checked when the rewrite of an item is new).
+  ``text``, ``output``, ``arguments`` and a custom tool call's ``input`` strings): a
+  key added or removed, a type, an id, a content list turned into a string; or
+  tool-call arguments that were JSON are JSON no more (checked when the rewrite of an
+  item is new).
 
 Only items whose rendered bytes differ are inspected, so an unchanged request costs
 one comparison per item.
@@ -38,7 +39,7 @@ __all__ = ["CATEGORIES", "check_integrity", "protected_positions", "unpaired_ids
 
 CATEGORIES = ("json", "fields", "order", "ids", "pairing", "protected", "shape")
 
-_PAYLOAD_KEYS = frozenset({"content", "text", "output", "arguments"})
+_PAYLOAD_KEYS = frozenset({"content", "text", "output", "arguments", "input"})
 """Keys whose string values a pass may rewrite; everything else of an item is exact."""
 
 

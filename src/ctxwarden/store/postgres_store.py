@@ -296,6 +296,9 @@ class PostgresStore:
             "DELETE FROM ctxwarden_artifacts WHERE last_used < %s", (now - self.ttl,)
         ).rowcount
         db.execute("DELETE FROM ctxwarden_sessions WHERE updated < %s", (now - self.ttl,))
+        total = db.execute("SELECT COALESCE(SUM(size), 0) FROM ctxwarden_artifacts").fetchone()
+        if total is None or int(total[0]) <= self.max_bytes:  # under the cap: no sort
+            return max(0, expired)
         # Keep the longest most-recently-used run that fits the cap; drop the rest.
         over = db.execute(
             "DELETE FROM ctxwarden_artifacts AS a USING ("
