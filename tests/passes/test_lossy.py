@@ -597,3 +597,34 @@ def test_every_error_line_survives_even_hundreds_of_them(preset: str) -> None:
     failures = [line for line in big.split("\n") if line.startswith("FAILED")]
     assert len(error_lines(big)) == len(failures) == 600
     assert all(line in sent for line in failures)
+
+
+def test_a_placeholder_lists_again_what_a_cleared_output_showed() -> None:
+    """Two outputs masked in one step: the older leaves out what the newer lists. When
+    the client then clears the newer one (context editing), the older is condensed
+    again and lists those strings itself."""
+    from ctxwarden.signals import distinctive_strings
+
+    shared = lines_of("alpha", 20)
+    engine = make_engine(pipeline={**FORCE, "recency_tokens": 900, "mask": {"max_keywords": 2000}})
+    flat = [
+        call("c1", "cat a.py"), result("c1", shared),
+        call("c2", "grep -n x a.py"), result("c2", shared + "\n" + lines_of("beta", 3)),
+        call("c3", "cat big"), result("c3", lines_of("gamma", 80)),
+        call("c4", "ls c"), result("c4", lines_of("eps", 5)),
+    ]  # fmt: skip
+
+    def turn(messages: list[dict[str, Any]]) -> Any:
+        wire = request(*messages)
+        wire["messages"] = wire["messages"][:-2]  # the agent's turn: newest output last
+        return engine.condense(wire, session="cleared")
+
+    for end in range(2, len(flat) + 1, 2):
+        sent = turn(flat[:end]).request["messages"]
+    first = sent[3]["content"]
+    assert first.startswith("[ctxwarden: condensed output") and "alpha_item_0" not in first
+    flat[3] = {**flat[3], "content": "[cleared by the client]"}
+    res = turn(flat)
+    assert res.report["fallback_reason"] is None
+    visible = "\n".join(str(m.get("content") or "") for m in res.request["messages"])
+    assert [w for w in distinctive_strings(shared) if w not in visible] == []

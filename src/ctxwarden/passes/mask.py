@@ -132,6 +132,16 @@ class MaskPass:
             )
         return dict(reversed(out.items()))  # oldest first, as the segments come
 
+    def mentions_of(self, segment: Segment) -> tuple[str, ...]:
+        """The strings a placeholder of ``segment`` lists at most (before any is left
+        out because something else shows it)."""
+        keywords = self._built(segment)[2]
+        cap = max(
+            self.digest.max_keywords,
+            int(segment.tokens * self.config.keywords_per_1k_tokens / 1000),
+        )
+        return keywords[:cap]
+
     def _built(self, segment: Segment) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         """The placeholder body, kept error lines and ranked mentions of ``segment``."""
         key = (

@@ -18,7 +18,7 @@ Cache-aware and deterministic:
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,6 +31,7 @@ from ctxwarden.model.hashing import digest
 from ctxwarden.model.hashing import element_hashes as hash_elements
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
+from ctxwarden.passes.mask import MaskPass
 from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
 from ctxwarden.pipeline.presets import (
     PipelineConfig,
@@ -40,7 +41,7 @@ from ctxwarden.pipeline.presets import (
 )
 from ctxwarden.pipeline.segments import SegmentCache, SegmentView, segment_view
 from ctxwarden.pipeline.state import Decision, SessionState
-from ctxwarden.signals import argument_error_lines, error_lines
+from ctxwarden.signals import argument_error_lines, distinctive_set, error_lines
 from ctxwarden.store.base import Store
 from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
@@ -224,13 +225,17 @@ class Condenser:
         common = common_prefix(state.exact_hashes, exact_hashes)
         by_key = {json_pointer(s.path): s for s in view.segments}
         candidates: list[tuple[str, Segment, Decision]] = []
+        edited = False  # a decision no longer fits: the client changed its history
         for key, decision in state.decisions.items():
             segment = by_key.get(key)
             if segment is None or segment.path not in view.eligible:
+                edited = True
                 continue
             if not _reads_as(segment, decision.original_ref, common):
+                edited = True
                 continue
             if decision.witness and not _same_witness(decision.witness, by_key, common):
+                edited = True
                 continue  # what it points to changed: the note would be false
             if not decision.refs:  # written by a version that dropped them: the text names them
                 decision = replace(decision, refs=_refs_in(decision.text))
@@ -248,7 +253,35 @@ class Condenser:
                 decision.text, decision.transform, stored_refs=tuple(decision.refs)
             )
             kept[segment.path] = (key, decision)
+        if edited:
+            for path in self._without_their_mentions(view, frozen):
+                del frozen[path], kept[path]
         return frozen, failed, kept
+
+    def _without_their_mentions(
+        self, view: SegmentView, frozen: dict[Path, Replacement]
+    ) -> list[Path]:
+        """Frozen placeholders that left out a string another replacement showed, when
+        that one is gone (a client that edits its history, e.g. clears an old output):
+        they are condensed again, listing it. Only after an edit: while the client only
+        appends, adopted replacements never go away."""
+        mask = next((p for p in self.passes if isinstance(p, MaskPass)), None)
+        if mask is None:
+            return []
+        words = {path: distinctive_set(rep.text) for path, rep in frozen.items()}
+        shown: Counter[str] = Counter()
+        for own in words.values():
+            shown.update(own)
+        out = []
+        for path, rep in frozen.items():
+            segment = view.segment(path)
+            if rep.transform != mask.name or segment is None:
+                continue
+            own = words[path]
+            listed = mask.mentions_of(segment)
+            if any(w not in own and w not in view.visible and shown[w] == 0 for w in listed):
+                out.append(path)
+        return out
 
     def _missing(self, tenant: str, refs: set[str]) -> frozenset[str]:
         """The ``refs`` the store cannot resolve (all of them when it fails to answer:
