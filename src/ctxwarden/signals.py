@@ -305,13 +305,13 @@ def command_of(arguments: str) -> str:
     if isinstance(args, dict):
         for key in ("command", "cmd", "path", "file_path", "query"):
             value = args.get(key)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                value = " ".join(value)  # argv form; the other arguments still count
             if isinstance(value, str):
                 rest = {k: v for k, v in args.items() if k != key}
                 extra = orjson.dumps(rest, option=orjson.OPT_SORT_KEYS).decode()
                 tail = " " + extra if rest else ""
                 return " ".join(value.split()) + tail
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return " ".join(value)
         return orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
     return " ".join(str(args).split())
 

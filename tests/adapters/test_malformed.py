@@ -86,3 +86,11 @@ def test_previous_response_id_allows_upstream_calls() -> None:
     }
     conversation = get_adapter("openai.responses").parse(body)
     assert conversation.previous_response_id == "resp_1"
+
+
+@pytest.mark.parametrize("kind", [{"a": 1}, ["input_text"], 7, None])
+def test_a_content_part_of_an_unknown_type_is_opaque_and_renders_back(kind: Any) -> None:
+    adapter = get_adapter("openai.responses")
+    request = {"model": "m", "input": [{"role": "user", "content": [{"type": kind, "x": 1}]}]}
+    conversation = adapter.parse(request)
+    assert adapter.render(conversation) == request

@@ -146,6 +146,35 @@ def test_supersede_through_engine_keeps_every_error_visible_and_recallable() -> 
     assert engine.recall(ref, "41-42") == "\n".join(original.split("\n")[40:42])
 
 
+@pytest.mark.parametrize("other", ["cat ../src/app.py", "cat /src/app.py", "cat .src/app.py"])
+def test_a_read_of_another_file_is_another_action(other: str) -> None:
+    wire = request(
+        call("c1", other), result("c1", lines_of("v1", 40)),
+        call("c2", "cat ./src/app.py"), result("c2", lines_of("v2", 40)),
+    )  # fmt: skip
+    ctx, _ = context(wire)
+    assert action_key(segment_at(ctx, 3), True) != action_key(segment_at(ctx, 5), True)
+    assert SupersedePass(SupersedeConfig())(ctx, {}) == {}
+
+
+def test_the_blocks_of_one_result_never_supersede_each_other() -> None:
+    blocks = [{"type": "text", "text": lines_of("stdout", 40)},
+              {"type": "text", "text": lines_of("stderr", 40)}]  # fmt: skip
+    wire = request(call("c1", "make"), {"role": "tool", "tool_call_id": "c1", "content": blocks})
+    ctx, _ = context(wire)
+    assert SupersedePass(SupersedeConfig())(ctx, {}) == {}
+
+
+def test_argv_commands_keep_their_other_arguments() -> None:
+    from ctxwarden.signals import command_of
+
+    def argv(workdir: str) -> str:
+        return json.dumps({"command": ["bash", "-lc", "cat setup.py"], "workdir": workdir})
+
+    assert command_of(argv("/repo/a")) != command_of(argv("/repo/b"))
+    assert command_of(argv("/repo/a")).startswith("bash -lc cat setup.py")
+
+
 def test_supersede_treats_full_file_reads_as_the_same_action() -> None:
     wire = request(
         call("c1", "cat ./src/app.py"),

@@ -28,7 +28,10 @@ def action_key(segment: Segment, file_reads: bool) -> str:
     if file_reads:
         m = _FULL_READ.match(command)
         if m:
-            return "read:" + m.group(1).lstrip("./")
+            path = m.group(1)
+            while path.startswith("./"):  # ./a is a, but ../a, /a and .env are not
+                path = path[2:]
+            return "read:" + path
     return f"{segment.tool_name}\x00{command}"
 
 
@@ -43,23 +46,29 @@ class SupersedePass:
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
     ) -> dict[Path, Replacement]:
-        groups: dict[str, list[Segment]] = defaultdict(list)
+        # a run is one call's output: the blocks of one result (stdout and stderr
+        # parts, an Anthropic tool_result's text blocks) never supersede each other
+        groups: dict[str, dict[tuple[int, str], list[Segment]]] = defaultdict(dict)
         for segment in ctx.segments:
             if segment.kind == "tool_output" and segment.command:
-                groups[action_key(segment, self.config.file_reads)].append(segment)
+                key = action_key(segment, self.config.file_reads)
+                run = (segment.message_index, segment.call_id)
+                groups[key].setdefault(run, []).append(segment)
         out: dict[Path, Replacement] = {}
         keep = self.config.keep_newest
-        for runs in groups.values():
+        for by_run in groups.values():
+            runs = list(by_run.values())
             if len(runs) <= keep:
                 continue
-            newest = runs[-1]
-            newest_text = newest.text
-            for segment in runs[:-keep]:
+            newest = runs[-1][0]
+            newest_texts = {s.text for s in runs[-1]}
+            newest_text = "\n".join(s.text for s in runs[-1])
+            for segment in (s for run in runs[:-keep] for s in run):
                 if (
                     segment.path not in ctx.eligible
                     or segment.path in decided
                     or segment.tokens < self.config.min_tokens
-                    or segment.text == newest_text
+                    or segment.text in newest_texts  # the same bytes: dedupe's case
                 ):
                     continue
                 ref = ref_for(segment.text)
