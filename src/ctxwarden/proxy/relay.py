@@ -299,6 +299,17 @@ async def _stream_loop(
                     out = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
                     await out.prepare(ex.request)
                 await _pump(upstream, flt, out, record)
+                if rounds and (flt.errored or not flt.round_ended()):
+                    # a continuation that failed or stopped short: never the previous
+                    # round's ending, which would pass a truncated answer as complete
+                    record.add_upstream(time.perf_counter() - started)
+                    record.set(error_type="UpstreamIncomplete")
+                    if flt.errored:  # its error event went out already
+                        record.cut(502)
+                        _abort(ex.request)
+                        return out
+                    message = "upstream ended a recall continuation early"
+                    return await _fail(ex.request, out, flt, 502, b"", message, record)
         except UpstreamError as exc:
             if out is None:
                 raise

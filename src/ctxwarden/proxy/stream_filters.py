@@ -46,12 +46,22 @@ class StreamFilter:
         self.round += 1
         self.held = []
         self.result = RoundResult()
+        self.errored = False
 
     def process(self, event: SSEEvent) -> list[bytes]:
         raise NotImplementedError
 
     def round_result(self) -> RoundResult:
         return self.result
+
+    def round_ended(self) -> bool:
+        """Whether this round's stream reached its final events (a continuation that
+        stops short, or with an upstream error event, must not be given the previous
+        round's ending: the client would take a truncated answer for a complete one)."""
+        raise NotImplementedError
+
+    errored = False
+    """An upstream error event passed through in this round."""
 
     def finish(self) -> list[bytes]:
         """The held final events, patched for the client (the stream ends after them)."""
@@ -82,7 +92,11 @@ class ChatFilter(StreamFilter):
     def __init__(self) -> None:
         super().__init__()
         self.chunk_id: str | None = None
+        self._role_sent = False  # the client gets the assistant role once
         self._reset()
+
+    def round_ended(self) -> bool:
+        return self._finished
 
     def start_round(self) -> None:
         super().start_round()
@@ -101,6 +115,8 @@ class ChatFilter(StreamFilter):
             return []
         if not isinstance(obj, dict):
             return [event.raw]
+        if "error" in obj:
+            self.errored = True
         changed = self.round > 0
         self.chunk_id = self.chunk_id or obj.get("id")
         choices = obj.get("choices") or []
@@ -108,6 +124,12 @@ class ChatFilter(StreamFilter):
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
+            announces = "role" in delta and not self._role_sent
+            if "role" in delta and self._role_sent:  # a later round's opening chunk
+                delta = {k: v for k, v in delta.items() if k != "role"}
+                choice["delta"] = delta
+                changed = True
+            self._role_sent = self._role_sent or announces
             if isinstance(delta.get("content"), str):
                 self._content.append(delta["content"])
             if delta.get("tool_calls"):
@@ -123,6 +145,8 @@ class ChatFilter(StreamFilter):
                 self.held.append(self._retag(obj))
                 return []
             if changed and not kept_anything(delta) and not choice.get("logprobs"):
+                if announces:  # the role still goes out, alone
+                    return [self._retag(obj)]
                 return []
         return [self._retag(obj) if changed else event.raw]
 
@@ -190,13 +214,22 @@ class MessagesFilter(StreamFilter):
     def start_round(self) -> None:
         super().start_round()
         self._map, self._recall, self._blocks, self._args = {}, set(), {}, {}
+        self._stopped = False
+
+    _stopped = False
+
+    def round_ended(self) -> bool:
+        return self._stopped
 
     def process(self, event: SSEEvent) -> list[bytes]:
         obj = event.json()
         kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "error":
+            self.errored = True
         if kind == "message_start":
             return [event.raw] if self.round == 0 else []
         if kind in ("message_delta", "message_stop"):
+            self._stopped = self._stopped or kind == "message_stop"
             self.held.append(event.raw)
             return []
         if kind not in ("content_block_start", "content_block_delta", "content_block_stop"):
@@ -235,7 +268,7 @@ class MessagesFilter(StreamFilter):
         result = RoundResult()
         for index in sorted(self._blocks):
             block = dict(self._blocks[index])
-            if block.get("type") == "tool_use":
+            if block.get("type") in _TOOL_USE_BLOCKS:  # their input came as JSON deltas
                 args = "".join(self._args.get(index, [])) or "{}"
                 try:
                     block["input"] = orjson.loads(args)
@@ -243,7 +276,7 @@ class MessagesFilter(StreamFilter):
                     block["input"] = {}
                 if index in self._recall:
                     result.calls.append(RecallCall(str(block.get("id")), args))
-                else:
+                elif block.get("type") == "tool_use":  # server tools ran upstream
                     result.other_calls += 1
             blocks.append(block)
         result.assistant = blocks
@@ -302,6 +335,8 @@ class ResponsesFilter(StreamFilter):
         if not isinstance(obj, dict):
             return [event.raw]
         kind = obj.get("type", "")
+        if kind == "error":
+            self.errored = True
         if kind in ("response.created", "response.in_progress", "response.queued"):
             self._round_id = self._round_id or (obj.get("response") or {}).get("id")
             if self.response_id is None:
@@ -328,6 +363,9 @@ class ResponsesFilter(StreamFilter):
             self.items.append(obj.get("item"))
         mapped = {**obj, "output_index": self._map.get(index, index)}
         return [*self._announce(), self._emit(mapped, event.name)]
+
+    def round_ended(self) -> bool:
+        return self._final is not None
 
     def _announce(self) -> list[bytes]:
         """The held opening events, once, before the first client-visible event."""
@@ -369,6 +407,9 @@ class ResponsesFilter(StreamFilter):
         payload = {"type": "error", "sequence_number": 0,
                    **self._error_payload(status, body, message)}  # fmt: skip
         return self._emit(payload, self.error_name)
+
+
+_TOOL_USE_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 
 
 def _reparse(raw: bytes) -> SSEEvent:

@@ -1,0 +1,121 @@
+"""Streamed recall rounds against an upstream that streams the way OpenAI does (role
+and the first call in one chunk) or stops short; the client sees one honest stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import openai
+import orjson
+import pytest
+from aiohttp import web
+
+from ctxwarden.proxy import RECALL_TOOL_NAME, RunningServer
+from tests.proxy.conftest import KEY_A, ProxyFactory
+
+Script = Callable[[int], list[dict[str, Any] | str]]
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+
+
+_RECALL_ARGS = '{"ref": "cw:000000000000"}'
+_RECALL_CALL = {"index": 0, "id": "call_r", "type": "function",
+                "function": {"name": RECALL_TOOL_NAME, "arguments": _RECALL_ARGS}}  # fmt: skip
+
+
+@asynccontextmanager
+async def _streaming_upstream(script: Script) -> AsyncIterator[str]:
+    """An upstream whose round ``n`` (0: the client's request) streams ``script(n)``."""
+    rounds = 0
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        nonlocal rounds
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for event in script(rounds):
+            data = event if isinstance(event, str) else orjson.dumps(event).decode()
+            await out.write(f"data: {data}\n\n".encode())
+        rounds += 1
+        return out  # a script without [DONE] ends the body early but cleanly
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    async with RunningServer(app) as server:
+        yield server.url
+
+
+async def _ask(proxy_url: str) -> Any:
+    async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy_url, max_retries=0) as client:
+        messages = [{"role": "user", "content": "see cw:000000000000"}]
+        async with client.chat.completions.stream(model="m", messages=messages) as stream:
+            return await stream.get_final_completion()
+
+
+async def test_the_role_reaches_the_client_when_the_first_round_only_calls_recall(
+    make_proxy: ProxyFactory,
+) -> None:
+    def script(n: int) -> list[dict[str, Any] | str]:
+        if n == 0:  # OpenAI: the role comes with the first piece of the call
+            return [_chunk({"role": "assistant", "content": None, "tool_calls": [_RECALL_CALL]}),
+                    _chunk({}, "tool_calls"), "[DONE]"]  # fmt: skip
+        return [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "Done."}),
+                _chunk({}, "stop"), "[DONE]"]  # fmt: skip
+
+    async with _streaming_upstream(script) as url, make_proxy(openai_upstream=url) as proxy:
+        completion = await _ask(proxy.openai_url)
+    message = completion.choices[0].message
+    assert message.role == "assistant" and message.content == "Done."
+    assert not message.tool_calls
+
+
+@pytest.mark.parametrize("ending", ["cut short", "error event"])
+async def test_a_continuation_that_fails_is_never_given_a_complete_ending(
+    make_proxy: ProxyFactory, ending: str
+) -> None:
+    def script(n: int) -> list[dict[str, Any] | str]:
+        if n == 0:
+            return [_chunk({"role": "assistant", "content": "Checking. "}),
+                    _chunk({"tool_calls": [_RECALL_CALL]}), _chunk({}, "tool_calls"),
+                    "[DONE]"]  # fmt: skip
+        if ending == "cut short":
+            return [_chunk({"content": "Half an ans"})]
+        return [_chunk({"content": "Half"}), {"error": {"message": "overloaded",
+                                                        "type": "server_error"}}]  # fmt: skip
+
+    async with _streaming_upstream(script) as url, make_proxy(openai_upstream=url) as proxy:
+        with pytest.raises(openai.APIError):
+            await _ask(proxy.openai_url)
+        event = proxy.recorder.last(route="chat")
+    assert event["stream_cut"] is True and event["status"] == 502
+
+
+def test_a_server_tool_use_keeps_its_streamed_input_for_the_continuation() -> None:
+    from ctxwarden.proxy.sse import SSESplitter, encode_event
+    from ctxwarden.proxy.stream_filters import MessagesFilter
+
+    events = [
+        {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": '{"query": "q"}'}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {
+            "type": "tool_use", "id": "toolu_r", "name": RECALL_TOOL_NAME, "input": {}}},
+        {"type": "content_block_delta", "index": 1,
+         "delta": {"type": "input_json_delta", "partial_json": _RECALL_ARGS}},
+        {"type": "content_block_stop", "index": 1},
+    ]  # fmt: skip
+    flt = MessagesFilter()
+    splitter = SSESplitter()
+    for obj in events:
+        for event in splitter.feed(encode_event(obj, obj["type"])):
+            flt.process(event)
+    result = flt.round_result()
+    assert result.assistant[0]["input"] == {"query": "q"}
+    assert len(result.calls) == 1 and result.other_calls == 0  # it ran upstream
