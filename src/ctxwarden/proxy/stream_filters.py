@@ -34,15 +34,11 @@ class StreamFilter:
         self.round = 0
         self.held: list[bytes] = []
         self.result = RoundResult()
-        self.fallback: list[bytes] = []
 
     def start_round(self) -> None:
-        """Called before each continuation round (not before the first).
-
-        The previous round's patched final events are kept as the fallback ending
-        in case the continuation fails before producing its own.
-        """
-        self.fallback = self.finish()
+        """Called before each continuation round (not before the first). A round's
+        final events are given only by the round itself: a continuation that fails or
+        stops short ends the stream with an error (see ``round_ended``)."""
         self.round += 1
         self.held = []
         self.result = RoundResult()
@@ -65,7 +61,7 @@ class StreamFilter:
 
     def finish(self) -> list[bytes]:
         """The held final events, patched for the client (the stream ends after them)."""
-        return self._patched() or self.fallback
+        return self._patched()
 
     def _patched(self) -> list[bytes]:
         return self.held
@@ -389,7 +385,7 @@ class ResponsesFilter(StreamFilter):
     def _patched(self) -> list[bytes]:
         """The final event with the announced id; when nothing was announced (no
         round showed anything), this round's opening events first. Does not mark
-        them announced: :meth:`start_round` computes a fallback ending with this."""
+        them announced."""
         if self._final is None:
             return []
         name, obj = self._final
