@@ -387,3 +387,18 @@ def test_a_stateless_continuation_keeps_server_tool_items_as_they_came() -> None
         {"model": "m", "input": "q", "store": False}, result, [RecallAnswer("c1", "t", True)]
     )["input"]
     assert sent[1] == search
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_responses_answer_does_not_show_the_recall_tool(proxy: Proxy, stream: bool) -> None:
+    """Responses echo the request's tools and tool_choice; the client sees its own."""
+    tools: Any = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+    async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as c:
+        if stream:
+            async with c.responses.stream(model="gpt-4o", input="hi", tools=tools) as s:
+                response = await s.get_final_response()
+        else:
+            response = await c.responses.create(model="gpt-4o", input="hi", tools=tools)
+    assert [t.name for t in response.tools] == ["read"]
+    sent = proxy.fake.received[-1].json()
+    assert [t["name"] for t in sent["tools"]] == ["read", RECALL_TOOL_NAME]

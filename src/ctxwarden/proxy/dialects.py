@@ -42,6 +42,7 @@ class Dialect(Protocol):
         self, request: dict[str, Any], result: RoundResult, answers: list[RecallAnswer]
     ) -> dict[str, Any]: ...
     def strip(self, response: dict[str, Any]) -> dict[str, Any]: ...
+    def hide(self, response: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any] | None: ...
 
 
 def _tools(request: dict[str, Any]) -> list[Any] | None:
@@ -79,7 +80,37 @@ def _append_named_tool(
     return {**request, "tools": [*tools, spec]}
 
 
+def _no_echo(response: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any] | None:
+    """An API whose answers do not echo the request's tools: nothing to hide."""
+    return None
+
+
+def hide_recall_tool(response: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any] | None:
+    """A Responses answer (or its ``response`` object) without the traces of the
+    injected tool: the echoed ``tools`` lose it and ``tool_choice`` is the client's own
+    (the last round may have asked for none); ``None`` when nothing shows."""
+    tools = response.get("tools")
+    ours = isinstance(tools, list) and any(
+        isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools
+    )
+    choice_changed = "tool_choice" in response and response.get("tool_choice") != asked.get(
+        "tool_choice", "auto"
+    )
+    if not ours and not choice_changed:
+        return None
+    out = dict(response)
+    if ours and isinstance(tools, list):
+        out["tools"] = [
+            t for t in tools if not (isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME)
+        ]
+    if choice_changed:
+        out["tool_choice"] = asked.get("tool_choice", "auto")
+    return out
+
+
 class ChatDialect:
+    hide = staticmethod(_no_echo)
+
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """Not with ``n`` > 1: recall calls would come per choice, and the loop can
         answer one assistant message only (the client would see the calls). Not with
@@ -148,6 +179,8 @@ class ChatDialect:
 
 
 class ResponsesDialect:
+    hide = staticmethod(hide_recall_tool)
+
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
         # strict: false said outright: Responses function tools may default to strict,
         # which would refuse a schema with an optional property (a 400 for every request)
@@ -213,6 +246,8 @@ _ECHOED_WITHOUT_ID = frozenset({"reasoning", "message", "function_call", "custom
 
 
 class MessagesDialect:
+    hide = staticmethod(_no_echo)
+
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "input_schema": tool_parameters}  # fmt: skip

@@ -42,7 +42,7 @@ from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
 from ctxwarden.proxy.sse import SSESplitter, Usage
 from ctxwarden.proxy.state import ProxyState, RequestRecord
-from ctxwarden.proxy.stream_filters import FILTERS, StreamFilter
+from ctxwarden.proxy.stream_filters import FILTERS, ResponsesFilter, StreamFilter
 from ctxwarden.proxy.upstream import (
     Body,
     UpstreamError,
@@ -227,6 +227,7 @@ async def relay_with_recall(
         return await _stream_loop(ex, api, request, body, tenant, record)
     dialect = DIALECTS[api]
     state = ex.state
+    asked = request  # what the client sent (with our tool): answers must not show it
     rounds = 0
     while True:
         started = time.perf_counter()
@@ -242,9 +243,14 @@ async def relay_with_recall(
         _add_round_usage(record, obj)
         result = dialect.find_calls(obj)
         if not result.calls:
-            return web.Response(body=data, status=status, headers=headers)
+            hidden = dialect.hide(obj, asked)
+            body_out = data if hidden is None else orjson.dumps(hidden)
+            return web.Response(body=body_out, status=status, headers=headers)
         if result.other_calls or rounds >= state.settings.max_recall_rounds:
-            return web.Response(body=orjson.dumps(dialect.strip(obj)), headers=headers)
+            stripped = dialect.strip(obj)
+            return web.Response(
+                body=orjson.dumps(dialect.hide(stripped, asked) or stripped), headers=headers
+            )
         answers = await _answer(state, result, tenant, record)
         request = _continuation(dialect, request, result, answers, rounds, state)
         body = orjson.dumps(request)
@@ -279,6 +285,8 @@ async def _stream_loop(
     state = ex.state
     dialect = DIALECTS[api]
     flt: StreamFilter = FILTERS[api]()
+    if isinstance(flt, ResponsesFilter):
+        flt.asked = request
     out: web.StreamResponse | None = None
     rounds = 0
     while True:

@@ -311,6 +311,8 @@ class ResponsesFilter(StreamFilter):
 
     def __init__(self) -> None:
         super().__init__()
+        self.asked: dict[str, Any] = {}
+        """The request as sent (recall tool included): what answers echo of it."""
         self.seq = 0
         self.offset = 0
         self.items: list[Any] = []  # client-visible output items, all rounds
@@ -368,7 +370,17 @@ class ResponsesFilter(StreamFilter):
         if self.response_id is not None:
             return []
         self.response_id = self._round_id or ""
-        return [self._emit(obj, name) for name, obj in self._opening]
+        return [self._emit(self._hidden(obj), name) for name, obj in self._opening]
+
+    def _hidden(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A lifecycle event whose echoed request does not show the recall tool."""
+        from ctxwarden.proxy.dialects import hide_recall_tool
+
+        response = obj.get("response")
+        if not isinstance(response, dict):
+            return obj
+        hidden = hide_recall_tool(response, self.asked)
+        return obj if hidden is None else {**obj, "response": hidden}
 
     def _emit(self, obj: dict[str, Any], name: str | None) -> bytes:
         if "sequence_number" in obj:
@@ -394,10 +406,10 @@ class ResponsesFilter(StreamFilter):
             response["output"] = list(self.items)
         opening: list[bytes] = []
         if self.response_id is None:
-            opening = [self._emit(o, n) for n, o in self._opening]
+            opening = [self._emit(self._hidden(o), n) for n, o in self._opening]
         elif self.response_id:
             response["id"] = self.response_id
-        return [*opening, self._emit({**obj, "response": response}, name)]
+        return [*opening, self._emit(self._hidden({**obj, "response": response}), name)]
 
     def error_event(self, status: int, body: bytes, message: str) -> bytes:
         payload = {"type": "error", "sequence_number": 0,
