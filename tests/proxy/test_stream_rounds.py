@@ -119,3 +119,20 @@ def test_a_server_tool_use_keeps_its_streamed_input_for_the_continuation() -> No
     result = flt.round_result()
     assert result.assistant[0]["input"] == {"query": "q"}
     assert len(result.calls) == 1 and result.other_calls == 0  # it ran upstream
+
+
+async def test_text_in_the_closing_chunk_of_a_recall_round_reaches_the_client(
+    make_proxy: ProxyFactory,
+) -> None:
+    def script(n: int) -> list[dict[str, Any] | str]:
+        if n == 0:  # some providers send text, the whole call and the finish at once
+            one = _chunk({"role": "assistant", "content": "Checking. ",
+                          "tool_calls": [_RECALL_CALL]}, "tool_calls")  # fmt: skip
+            return [one, "[DONE]"]
+        return [_chunk({"content": "Final answer."}), _chunk({}, "stop"), "[DONE]"]
+
+    async with _streaming_upstream(script) as url, make_proxy(openai_upstream=url) as proxy:
+        completion = await _ask(proxy.openai_url)
+    choice = completion.choices[0]
+    assert choice.message.content == "Checking. Final answer."
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls

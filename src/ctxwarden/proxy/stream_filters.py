@@ -138,8 +138,17 @@ class ChatFilter(StreamFilter):
                     choice["delta"] = delta
             if choice.get("finish_reason"):
                 self._finished = True
+                if not kept_anything(delta):
+                    self.held.append(self._retag(obj))
+                    return []
+                # text or a client call in the closing chunk (some providers send it
+                # all at once): it goes out now; only the finish waits for the round
+                finish = choice["finish_reason"]
+                choice["finish_reason"] = None
+                now = self._retag(obj)
+                choice["finish_reason"], choice["delta"] = finish, {}
                 self.held.append(self._retag(obj))
-                return []
+                return [now]
             if changed and not kept_anything(delta) and not choice.get("logprobs"):
                 if announces:  # the role still goes out, alone
                     return [self._retag(obj)]
