@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -297,3 +298,36 @@ def test_normalize_repeat_run_threshold(run: int) -> None:
     assert normalize_text(text, repeat_run=run) == text
     longer = "\n".join(["x = compute_value(1)"] * run + ["end"])
     assert "repeated" in normalize_text(longer, repeat_run=run)
+
+
+def test_a_superseded_run_keeps_errors_only_a_later_block_of_the_newest_run_shows() -> None:
+    # the note is checked against its witness, the newest run's first block: an error
+    # line the newest run shows only in its stderr block stays in the note
+    err = "FAILED tests/test_a.py::test_one - AssertionError: boom"
+    newest = [{"type": "text", "text": lines_of("stdout2", 40)},
+              {"type": "text", "text": lines_of("stderr2", 10, extra=(err,))}]  # fmt: skip
+    wire = request(
+        call("c1", "pytest -x"), result("c1", lines_of("v1", 40, extra=(err,))),
+        call("c2", "pytest -x"), {"role": "tool", "tool_call_id": "c2", "content": newest},
+    )  # fmt: skip
+    res = make_engine(pipeline={**FORCE, "order": ["supersede"]}).condense(wire)
+    assert res.report["rollbacks"] == 0
+    note = res.request["messages"][3]["content"]
+    assert note.startswith("[ctxwarden: superseded") and err in note
+
+
+def test_a_workdir_does_not_put_every_output_of_a_directory_in_focus() -> None:
+    import json as _json
+
+    def argv(i: int) -> dict[str, Any]:
+        args = {"command": ["bash", "-lc", f"cat file_{i}.py"], "workdir": "/Users/me/repo"}
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}",
+                "type": "function", "function": {"name": "shell",
+                                                 "arguments": _json.dumps(args)}}]}  # fmt: skip
+
+    turns: list[dict[str, Any]] = []
+    for i in range(8):
+        turns += [argv(i), result(f"c{i}", lines_of(f"f{i}", 40))]
+    engine = make_engine("conservative", {**FORCE, "relevance_turns": 4})
+    res = engine.condense(request(*turns))
+    assert res.report["transforms"].get("mask", {}).get("count", 0) >= 3

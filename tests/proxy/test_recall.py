@@ -402,3 +402,25 @@ async def test_a_responses_answer_does_not_show_the_recall_tool(proxy: Proxy, st
     assert [t.name for t in response.tools] == ["read"]
     sent = proxy.fake.received[-1].json()
     assert [t["name"] for t in sent["tools"]] == ["read", RECALL_TOOL_NAME]
+
+
+def test_no_recall_tool_for_a_background_response_and_null_choices_stay_the_default() -> None:
+    from ctxwarden.proxy.dialects import hide_recall_tool
+
+    responses = DIALECTS["openai.responses"]
+    assert responses.inject({"model": "m", "input": "q", "background": True}) is None
+    echoed = {"tools": [], "tool_choice": "auto"}
+    assert hide_recall_tool(echoed, {"tool_choice": None}) is None
+    assert hide_recall_tool({**echoed, "tool_choice": "none"}, {})["tool_choice"] == "auto"
+
+
+def test_a_chunk_with_a_null_error_field_is_not_an_error() -> None:
+    from ctxwarden.proxy.sse import SSESplitter, encode_event
+    from ctxwarden.proxy.stream_filters import ChatFilter
+
+    flt = ChatFilter()
+    choice = {"index": 0, "delta": {"content": "x"}, "finish_reason": None}
+    chunk = {"id": "c", "error": None, "choices": [choice]}
+    for event in SSESplitter().feed(encode_event(chunk)):
+        flt.process(event)
+    assert not flt.errored

@@ -136,3 +136,52 @@ async def test_text_in_the_closing_chunk_of_a_recall_round_reaches_the_client(
     choice = completion.choices[0]
     assert choice.message.content == "Checking. Final answer."
     assert choice.finish_reason == "stop" and not choice.message.tool_calls
+
+
+async def _raw_chunks(proxy_url: str, **extra: Any) -> list[dict[str, Any]]:
+    """The data objects of the stream as the proxy sent it (no SDK filling gaps)."""
+    import aiohttp
+
+    body = {"model": "m", "stream": True, **extra,
+            "messages": [{"role": "user", "content": "see cw:000000000000"}]}  # fmt: skip
+    async with aiohttp.ClientSession() as session, session.post(
+        proxy_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY_A}"}
+    ) as resp:  # fmt: skip
+        text = await resp.text()
+    return [orjson.loads(line[6:]) for line in text.splitlines()
+            if line.startswith("data: {")]  # fmt: skip
+
+
+async def test_the_role_goes_out_once_even_from_a_held_closing_chunk(
+    make_proxy: ProxyFactory,
+) -> None:
+    def script(n: int) -> list[dict[str, Any] | str]:
+        if n == 0:  # role, the recall call and the finish in one chunk
+            return [_chunk({"role": "assistant", "content": None, "tool_calls": [_RECALL_CALL]},
+                           "tool_calls"), "[DONE]"]  # fmt: skip
+        return [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "Done."}),
+                _chunk({}, "stop"), "[DONE]"]  # fmt: skip
+
+    async with _streaming_upstream(script) as url, make_proxy(openai_upstream=url) as proxy:
+        chunks = await _raw_chunks(proxy.openai_url)
+    roles = [c["choices"][0]["delta"].get("role") for c in chunks if c.get("choices")]
+    assert [r for r in roles if r] == ["assistant"]
+
+
+async def test_a_split_closing_chunk_carries_usage_and_logprobs_once(
+    make_proxy: ProxyFactory,
+) -> None:
+    logprobs = {"content": [{"token": "Hi", "logprob": -0.1, "bytes": [72, 105],
+                             "top_logprobs": []}]}  # fmt: skip
+
+    def script(n: int) -> list[dict[str, Any] | str]:
+        one = _chunk({"role": "assistant", "content": "Hi"}, "stop")
+        one["choices"][0]["logprobs"] = logprobs
+        one["usage"] = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+        return [one, "[DONE]"]
+
+    async with _streaming_upstream(script) as url, make_proxy(openai_upstream=url) as proxy:
+        chunks = await _raw_chunks(proxy.openai_url, logprobs=True, tools=[{
+            "type": "function", "function": {"name": "read", "parameters": {}}}])  # fmt: skip
+    assert sum(1 for c in chunks if c.get("usage")) == 1
+    assert sum(1 for c in chunks for ch in c["choices"] if ch.get("logprobs")) == 1

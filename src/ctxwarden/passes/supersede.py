@@ -62,7 +62,6 @@ class SupersedePass:
                 continue
             newest = runs[-1][0]
             newest_texts = {s.text for s in runs[-1]}
-            newest_text = "\n".join(s.text for s in runs[-1])
             for segment in (s for run in runs[:-keep] for s in run):
                 if (
                     segment.path not in ctx.eligible
@@ -73,7 +72,9 @@ class SupersedePass:
                     continue
                 ref = ref_for(segment.text)
                 lines = segment.text.count("\n") + 1
-                kept = tuple(e for e in error_lines(segment.text) if e not in newest_text)
+                # error lines the witness does not show (the witness is the newest
+                # run's first block: the note's claim is checked against it)
+                kept = tuple(e for e in error_lines(segment.text) if e not in newest.text)
                 head = (
                     f"[ctxwarden: superseded by the same action in message "
                     f"#{newest.message_index}; original {ref} ({lines:,} lines)]"

@@ -300,11 +300,17 @@ def _relevant(
         return frozenset()
     focus: set[str] = set()
     for command in commands[-config.relevance_turns :]:
-        focus |= paths_in(command)
+        focus |= paths_in(_command_line(command))
     if not focus:
         return frozenset()
     return frozenset(
         s.path
         for s in segments
-        if s.kind == "tool_output" and s.command and paths_in(s.command) & focus
+        if s.kind == "tool_output" and s.command and paths_in(_command_line(s.command)) & focus
     )
+
+
+def _command_line(command: str) -> str:
+    """The command without the JSON of the call's other arguments (``command_of``
+    appends them): a ``workdir`` path would put every output of a directory in focus."""
+    return command.split(' {"', 1)[0]

@@ -93,9 +93,8 @@ def hide_recall_tool(response: dict[str, Any], asked: dict[str, Any]) -> dict[st
     ours = isinstance(tools, list) and any(
         isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools
     )
-    choice_changed = "tool_choice" in response and response.get("tool_choice") != asked.get(
-        "tool_choice", "auto"
-    )
+    wanted = asked.get("tool_choice") or "auto"
+    choice_changed = "tool_choice" in response and response.get("tool_choice") != wanted
     if not ours and not choice_changed:
         return None
     out = dict(response)
@@ -104,7 +103,7 @@ def hide_recall_tool(response: dict[str, Any], asked: dict[str, Any]) -> dict[st
             t for t in tools if not (isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME)
         ]
     if choice_changed:
-        out["tool_choice"] = asked.get("tool_choice", "auto")
+        out["tool_choice"] = wanted
     return out
 
 
@@ -186,6 +185,8 @@ class ResponsesDialect:
         # which would refuse a schema with an optional property (a 400 for every request)
         spec = {"type": "function", "name": RECALL_TOOL_NAME, "description": tool_description,
                 "parameters": tool_parameters, "strict": False}  # fmt: skip
+        if request.get("background"):  # polled later: nobody would answer a recall call
+            return None
         return _append_named_tool(request, spec, limit=MAX_TOOLS)
 
     def last_round(self, request: dict[str, Any]) -> dict[str, Any]:

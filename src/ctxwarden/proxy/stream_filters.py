@@ -92,7 +92,7 @@ class ChatFilter(StreamFilter):
         self._reset()
 
     def round_ended(self) -> bool:
-        return self._finished
+        return self._finished or self._done  # some servers end with [DONE] alone
 
     def start_round(self) -> None:
         super().start_round()
@@ -100,22 +100,26 @@ class ChatFilter(StreamFilter):
 
     def _reset(self) -> None:
         self._finished = False
+        self._done = False
         self._recall: dict[int, dict[str, str]] = {}
         self._others: dict[int, int] = {}
         self._content: list[str] = []
 
     def process(self, event: SSEEvent) -> list[bytes]:
         obj = event.json()
+        if event.data == "[DONE]":
+            self._done = True
         if self._finished or event.data == "[DONE]":
             self.held.append(event.raw if obj is None else self._retag(obj))
             return []
         if not isinstance(obj, dict):
             return [event.raw]
-        if "error" in obj:
+        if obj.get("error"):
             self.errored = True
         changed = self.round > 0
         self.chunk_id = self.chunk_id or obj.get("id")
         choices = obj.get("choices") or []
+        announces = False  # this chunk carries the role the client has not had yet
         for choice in choices:
             if choice.get("index", 0) != 0:
                 continue
@@ -125,7 +129,6 @@ class ChatFilter(StreamFilter):
                 delta = {k: v for k, v in delta.items() if k != "role"}
                 choice["delta"] = delta
                 changed = True
-            self._role_sent = self._role_sent or announces
             if isinstance(delta.get("content"), str):
                 self._content.append(delta["content"])
             if delta.get("tool_calls"):
@@ -138,22 +141,28 @@ class ChatFilter(StreamFilter):
                     choice["delta"] = delta
             if choice.get("finish_reason"):
                 self._finished = True
-                if not kept_anything(delta):
+                if not kept_anything(delta):  # held: sent only if this round is the last
                     self.held.append(self._retag(obj))
                     return []
                 # text or a client call in the closing chunk (some providers send it
-                # all at once): it goes out now; only the finish waits for the round
+                # all at once): it goes out now, without usage; only the finish (with
+                # usage, without logprobs) waits for the round's outcome
                 finish = choice["finish_reason"]
                 choice["finish_reason"] = None
-                now = self._retag(obj)
+                now = self._retag({k: v for k, v in obj.items() if k != "usage"})
                 choice["finish_reason"], choice["delta"] = finish, {}
+                choice.pop("logprobs", None)
                 self.held.append(self._retag(obj))
-                return [now]
+                return self._sent([now], announces)
             if changed and not kept_anything(delta) and not choice.get("logprobs"):
                 if announces:  # the role still goes out, alone
-                    return [self._retag(obj)]
+                    return self._sent([self._retag(obj)], announces)
                 return []
-        return [self._retag(obj) if changed else event.raw]
+        return self._sent([self._retag(obj) if changed else event.raw], announces)
+
+    def _sent(self, chunks: list[bytes], announces: bool) -> list[bytes]:
+        self._role_sent = self._role_sent or announces
+        return chunks
 
     def _split_calls(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         kept = []
