@@ -54,7 +54,7 @@ def _simple_block(
     text_safety: SafetyClass = SafetyClass.LOSSLESS_TRANSFORMABLE,
 ) -> ContentPart:
     kind = block.get("type")
-    if kind == "text":
+    if kind == "text" and not block.get("citations"):  # cited text stays as it is
         text = expect(block.get("text"), str, (*path, "text"))
         return TextPart(text=text, path=(*path, "text"), safety=text_safety)
     if isinstance(kind, str) and kind in _MEDIA_TYPES:

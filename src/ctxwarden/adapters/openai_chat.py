@@ -119,7 +119,12 @@ def _message(item: Any, path: Path) -> Message:
             path=path,
         )
         return Message(role=role, parts=(result,), path=path)
-    parts: list[Part] = list(_content_parts(msg.get("content"), content_path))
+    if msg.get("annotations"):  # citations index into the content: it stays as it is
+        parts: list[Part] = [
+            OpaquePart(wire_type="annotated", path=content_path, raw_json=_json(msg.get("content")))
+        ]
+    else:
+        parts = list(_content_parts(msg.get("content"), content_path))
     if role == "assistant" and msg.get("tool_calls") is not None:
         parts.extend(_tool_calls(msg["tool_calls"], (*path, "tool_calls")))
     if role == "function":

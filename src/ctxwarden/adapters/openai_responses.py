@@ -62,7 +62,7 @@ def _content_parts(
         item_path = (*path, j)
         block = expect_object(item, item_path)
         kind = block.get("type")
-        if isinstance(kind, str) and kind in _TEXT_TYPES:
+        if isinstance(kind, str) and kind in _TEXT_TYPES and not block.get("annotations"):
             text = expect(block.get("text"), str, (*item_path, "text"))
             parts.append(TextPart(text=text, path=(*item_path, "text"), safety=text_safety))
         elif isinstance(kind, str) and kind in _MEDIA_TYPES:
