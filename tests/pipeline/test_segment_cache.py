@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -73,3 +74,18 @@ def test_an_extension_walks_only_the_new_messages(monkeypatch: Any) -> None:
     walked.clear()
     _view({"model": "gpt-4o", "messages": messages}, cache, "s")
     assert walked == [4, 5]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ('bash -lc cat setup.py {"workdir":"/Users/me/repo"}', "bash -lc cat setup.py"),
+        ('view {"path":"src/app/models.py"}', "view src/app/models.py"),
+        ('python t.py --cfg {"p": 1} src/b.py', 'python t.py --cfg {"p": 1} src/b.py'),
+        ("ls -la", "ls -la"),
+    ],
+)
+def test_relevance_reads_the_file_not_the_directory(command: str, expected: str) -> None:
+    from ctxwarden.pipeline.segments import _command_line
+
+    assert _command_line(command) == expected

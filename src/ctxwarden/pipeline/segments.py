@@ -6,6 +6,8 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import orjson
+
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
@@ -310,7 +312,21 @@ def _relevant(
     )
 
 
+_WHERE_KEYS = frozenset({"workdir", "cwd", "dir", "directory", "working_directory"})
+
+
 def _command_line(command: str) -> str:
-    """The command without the JSON of the call's other arguments (``command_of``
-    appends them): a ``workdir`` path would put every output of a directory in focus."""
-    return command.split(' {"', 1)[0]
+    """The command and the call's other arguments (``command_of`` appends them as
+    JSON) without the directory it ran in: a ``workdir`` path would put every output of
+    that directory in focus, while an editor's ``path`` argument is the file itself."""
+    head, sep, tail = command.partition(' {"')
+    if not sep:
+        return command
+    try:
+        args = orjson.loads('{"' + tail)
+    except orjson.JSONDecodeError:
+        return command  # the command itself held ' {"'
+    if not isinstance(args, dict):
+        return command
+    kept = [str(v) for k, v in args.items() if k not in _WHERE_KEYS]
+    return " ".join([head, *kept])
