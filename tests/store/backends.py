@@ -48,10 +48,14 @@ class Harness:
 
     def corrupt(self, store: Store, tenant: str, ref: str, body: bytes) -> None:
         """Replace the stored bytes of ``ref`` without touching its digest."""
-        raise NotImplementedError
+        self.set_field(store, tenant, ref, "body", body)
 
     def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
         """Replace the stored digest of ``ref`` (leaving its bytes)."""
+        self.set_field(store, tenant, ref, "digest", digest)
+
+    def set_field(self, store: Store, tenant: str, ref: str, field: str, value: Any) -> None:
+        """Overwrite one stored field (``body`` or ``digest``) of an existing ``ref``."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -83,18 +87,10 @@ class SqliteHarness(Harness):
     def open(self, *, ttl_seconds: float = 3600, max_bytes: int = 1 << 30) -> Store:
         return SqliteStore(self.path, ttl_seconds=ttl_seconds, max_bytes=max_bytes)
 
-    def corrupt(self, store: Store, tenant: str, ref: str, body: bytes) -> None:
+    def set_field(self, store: Store, tenant: str, ref: str, field: str, value: Any) -> None:
         with sqlite3.connect(self.path) as db:
             cur = db.execute(
-                "UPDATE artifacts SET body=? WHERE tenant=? AND ref=?", (body, tenant, ref)
-            )
-            assert cur.rowcount == 1
-        db.close()
-
-    def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
-        with sqlite3.connect(self.path) as db:
-            cur = db.execute(
-                "UPDATE artifacts SET digest=? WHERE tenant=? AND ref=?", (digest, tenant, ref)
+                f"UPDATE artifacts SET {field}=? WHERE tenant=? AND ref=?", (value, tenant, ref)
             )
             assert cur.rowcount == 1
         db.close()
@@ -115,21 +111,13 @@ class RedisHarness(Harness):
 
         return RedisStore(self.url, ttl_seconds=ttl_seconds, namespace=self.namespace)
 
-    def corrupt(self, store: Store, tenant: str, ref: str, body: bytes) -> None:
+    def set_field(self, store: Store, tenant: str, ref: str, field: str, value: Any) -> None:
         from ctxwarden.store.redis_store import RedisStore
 
         assert isinstance(store, RedisStore)
         key = store.artifact_key(tenant, ref)
         assert self.client.exists(key)
-        self.client.hset(key, "body", body)
-
-    def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
-        from ctxwarden.store.redis_store import RedisStore
-
-        assert isinstance(store, RedisStore)
-        key = store.artifact_key(tenant, ref)
-        assert self.client.exists(key)
-        self.client.hset(key, "digest", digest)
+        self.client.hset(key, field, value)
 
     def close(self) -> None:
         keys = list(self.client.scan_iter(match=f"{self.namespace}:*"))
@@ -160,17 +148,10 @@ class PostgresHarness(Harness):
         self.admin.execute(f"SET search_path TO {self.schema}".encode())
         return self.admin.execute(query.encode(), params)
 
-    def corrupt(self, store: Store, tenant: str, ref: str, body: bytes) -> None:
+    def set_field(self, store: Store, tenant: str, ref: str, field: str, value: Any) -> None:
         cur = self.sql(
-            "UPDATE ctxwarden_artifacts SET body=%s WHERE tenant=%s AND ref=%s",
-            (body, tenant, ref),
-        )
-        assert cur.rowcount == 1
-
-    def set_digest(self, store: Store, tenant: str, ref: str, digest: str) -> None:
-        cur = self.sql(
-            "UPDATE ctxwarden_artifacts SET digest=%s WHERE tenant=%s AND ref=%s",
-            (digest, tenant, ref),
+            f"UPDATE ctxwarden_artifacts SET {field}=%s WHERE tenant=%s AND ref=%s",
+            (value, tenant, ref),
         )
         assert cur.rowcount == 1
 

@@ -114,13 +114,9 @@ class MaskPass:
         for segment, (body, errors, keywords) in reversed(candidates):
             while shown is not None and proposed and proposed[0][0] > segment.message_index:
                 shown.update(proposed.pop(0)[1])
-            cap = max(
-                self.digest.max_keywords,
-                int(segment.tokens * self.config.keywords_per_1k_tokens / 1000),
-            )
             mentions = [
                 w for w in keywords if w not in ctx.visible and not (shown and shown[w] > 0)
-            ][:cap]
+            ][: self._cap(segment)]
             text = body + "\n" + mentions_line(mentions) if mentions else body
             if ctx.counter.count_text(text) > self.config.max_ratio * segment.tokens:
                 continue
@@ -135,12 +131,14 @@ class MaskPass:
     def mentions_of(self, segment: Segment) -> tuple[str, ...]:
         """The strings a placeholder of ``segment`` lists at most (before any is left
         out because something else shows it)."""
-        keywords = self._built(segment)[2]
-        cap = max(
+        return self._built(segment)[2][: self._cap(segment)]
+
+    def _cap(self, segment: Segment) -> int:
+        """How many mentions a placeholder of ``segment`` may list."""
+        return max(
             self.digest.max_keywords,
             int(segment.tokens * self.config.keywords_per_1k_tokens / 1000),
         )
-        return keywords[:cap]
 
     def _built(self, segment: Segment) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         """The placeholder body, kept error lines and ranked mentions of ``segment``."""

@@ -147,9 +147,7 @@ class Condenser:
         report["compaction_step"] = bool(prev_sent) and (
             common_prefix(prev_sent, sent_hashes) < len(prev_sent)
         )
-        self._update_ledger(state, exact_hashes, exact_tokens, sent_hashes, sent_tokens, pricing)
-        state.exact_hashes, state.exact_tokens = exact_hashes, exact_tokens
-        state.sent_hashes, state.sent_tokens = sent_hashes, sent_tokens
+        self._record_sent(state, exact_hashes, exact_tokens, sent_hashes, sent_tokens, pricing)
         state.decisions = dict(kept.values())  # frozen decisions stay as adopted
         for p, r in adopted.items():
             state.decisions[json_pointer(p)] = Decision(
@@ -169,10 +167,9 @@ class Condenser:
 
         def commit_original() -> None:
             sent = SessionState.decode(raw_state)  # as before, plus this turn sent exact
-            self._update_ledger(sent, exact_hashes, exact_tokens, exact_hashes, exact_tokens,
-                                pricing)  # fmt: skip
-            sent.exact_hashes, sent.exact_tokens = exact_hashes, exact_tokens
-            sent.sent_hashes, sent.sent_tokens = list(exact_hashes), list(exact_tokens)
+            self._record_sent(
+                sent, exact_hashes, exact_tokens, list(exact_hashes), list(exact_tokens), pricing
+            )
             sent.turns += 1
             self.store.put_state(tenant, session, sent.encode())
 
@@ -493,6 +490,21 @@ class Condenser:
             hashes[index + 1] = sent
             tokens[index + 1] -= sum(self._saved(view, p, r, counter) for p, r in reps)
         return hashes, tokens
+
+    def _record_sent(
+        self,
+        state: SessionState,
+        exact_hashes: list[str],
+        exact_tokens: list[int],
+        sent_hashes: list[str],
+        sent_tokens: list[int],
+        pricing: CachePricing,
+    ) -> None:
+        """``state`` after a request whose original was ``exact_*`` went out as
+        ``sent_*``: the cost ledger, then the hashes the next request is compared to."""
+        self._update_ledger(state, exact_hashes, exact_tokens, sent_hashes, sent_tokens, pricing)
+        state.exact_hashes, state.exact_tokens = exact_hashes, exact_tokens
+        state.sent_hashes, state.sent_tokens = sent_hashes, sent_tokens
 
     def _update_ledger(
         self,

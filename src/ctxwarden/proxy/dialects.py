@@ -75,9 +75,14 @@ def _append_named_tool(
     tools = _tools(request)
     if tools is None or (limit is not None and len(tools) >= limit):
         return None
-    if any(isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools):
+    if any(_is_recall_tool(t) for t in tools):
         return None
     return {**request, "tools": [*tools, spec]}
+
+
+def _is_recall_tool(tool: Any) -> bool:
+    """A tool named at the top level (Responses, Messages) that is ours."""
+    return isinstance(tool, dict) and tool.get("name") == RECALL_TOOL_NAME
 
 
 def _no_echo(response: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any] | None:
@@ -90,18 +95,14 @@ def hide_recall_tool(response: dict[str, Any], asked: dict[str, Any]) -> dict[st
     injected tool: the echoed ``tools`` lose it and ``tool_choice`` is the client's own
     (the last round may have asked for none); ``None`` when nothing shows."""
     tools = response.get("tools")
-    ours = isinstance(tools, list) and any(
-        isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME for t in tools
-    )
+    ours = isinstance(tools, list) and any(_is_recall_tool(t) for t in tools)
     wanted = asked.get("tool_choice") or "auto"
     choice_changed = "tool_choice" in response and response.get("tool_choice") != wanted
     if not ours and not choice_changed:
         return None
     out = dict(response)
     if ours and isinstance(tools, list):
-        out["tools"] = [
-            t for t in tools if not (isinstance(t, dict) and t.get("name") == RECALL_TOOL_NAME)
-        ]
+        out["tools"] = [t for t in tools if not _is_recall_tool(t)]
     if choice_changed:
         out["tool_choice"] = wanted
     return out

@@ -41,6 +41,7 @@ __all__ = [
     "Store",
     "chunked",
     "content_digest",
+    "intact",
     "make_ref",
     "state_bytes",
     "storage_name",
@@ -176,3 +177,14 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def intact(ref: str, digest: object, body: object) -> bool:
+    """Whether a stored ``body`` verifies against its ``digest`` (see
+    :func:`verified_text`): a valid artifact of another text sharing the reference is
+    kept by ``put``, a damaged one is replaced."""
+    try:
+        verified_text(ref, digest, body)
+    except ArtifactCorrupted:
+        return False
+    return True

@@ -28,9 +28,10 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
+from ctxwarden.errors import ArtifactMissing, StoreError
 from ctxwarden.store.base import (
     content_digest,
+    intact,
     make_ref,
     state_bytes,
     storage_name,
@@ -183,12 +184,8 @@ class PostgresStore:
                 "WHERE tenant=%s AND ref=%s FOR UPDATE",
                 (key, ref),
             ).fetchone()
-            if old is not None and old[2] >= now - self.ttl:
-                try:
-                    verified_text(ref, old[0], old[1])
-                    return  # a valid artifact of another text: keep it
-                except ArtifactCorrupted:
-                    pass
+            if old is not None and old[2] >= now - self.ttl and intact(ref, old[0], old[1]):
+                return  # a valid artifact of another text: keep it
             db.execute("DELETE FROM ctxwarden_artifacts WHERE tenant=%s AND ref=%s", (key, ref))
             db.execute("INSERT INTO ctxwarden_artifacts VALUES (%s,%s,%s,%s,%s,%s,%s)", row)
 

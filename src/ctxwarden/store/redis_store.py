@@ -35,6 +35,7 @@ import redis
 from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
 from ctxwarden.store.base import (
     content_digest,
+    intact,
     make_ref,
     state_bytes,
     text_body,
@@ -148,12 +149,10 @@ class RedisStore:
             other, other_body = found
             if other is None:
                 args[5] = b""  # gone meanwhile
+            elif intact(ref, bytes(other).decode("utf-8", "replace"), other_body):
+                return ref  # a valid artifact of another text
             else:
-                try:
-                    verified_text(ref, bytes(other).decode("utf-8", "replace"), other_body)
-                    return ref  # a valid artifact of another text
-                except ArtifactCorrupted:
-                    args[5] = other
+                args[5] = other
             self._put(keys=[key], args=args)
         return ref
 

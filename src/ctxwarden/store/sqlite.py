@@ -17,10 +17,11 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, StoreError
+from ctxwarden.errors import ArtifactMissing, StoreError
 from ctxwarden.store.base import (
     chunked,
     content_digest,
+    intact,
     make_ref,
     state_bytes,
     storage_name,
@@ -247,13 +248,8 @@ class SqliteStore:
                 "SELECT digest, body, last_used FROM artifacts WHERE tenant=? AND ref=?",
                 (key, ref),
             ).fetchone()
-            if old is not None and old[2] >= now - self.ttl:
-                try:
-                    verified_text(ref, old[0], old[1])
-                except ArtifactCorrupted:
-                    pass
-                else:
-                    old = None  # a valid artifact of another text: keep it
+            if old is not None and old[2] >= now - self.ttl and intact(ref, old[0], old[1]):
+                old = None  # a valid artifact of another text: keep it
             if old is not None:
                 db.execute("DELETE FROM artifacts WHERE tenant=? AND ref=?", (key, ref))
                 db.execute("INSERT INTO artifacts VALUES (?,?,?,?,?,?,?)", row)
