@@ -97,3 +97,17 @@ def test_memoized_rewrite_equals_a_full_scan(request: dict[str, Any], data: st.D
     assert condenser._apply(conversation, other).messages == tuple(
         condenser._apply_to_message(m, other) for m in conversation.messages
     )
+
+
+def test_a_full_memo_drops_its_oldest_quarter_not_everything() -> None:
+    from ctxwarden.memo import remember
+
+    memo: dict[int, int] = {}
+    for i in range(8):
+        remember(memo, i, i, 8)
+    assert list(memo) == list(range(8))
+    remember(memo, 8, 8, 8)  # full: the two oldest go, the rest keep their hits
+    assert list(memo) == [2, 3, 4, 5, 6, 7, 8]
+    big = {i: i for i in range(100)}  # over a lowered bound: back under it at once
+    remember(big, 100, 100, 8)
+    assert len(big) <= 8 and 100 in big and 99 in big

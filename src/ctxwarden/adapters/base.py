@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ctxwarden.errors import MalformedRequest
-from ctxwarden.memo import remember
+from ctxwarden.memo import MESSAGE_MEMO_LIMIT, remember
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.hashing import item_digest
 from ctxwarden.model.parts import Path
@@ -46,8 +46,8 @@ class Adapter:
 ItemMemo = dict[tuple[int, str], Message]
 """Parsed items by position and content hash (see :func:`parse_items`)."""
 
-MAX_MEMO_ITEMS = 4_096
-"""A memo holding more parsed items is emptied (a proxy's memory stays flat)."""
+MAX_MEMO_ITEMS = MESSAGE_MEMO_LIMIT
+"""A memo holding more parsed items drops its oldest (a proxy's memory stays flat)."""
 
 
 def parse_items(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TypeVar
 
-from ctxwarden.memo import IdentityMemo
+from ctxwarden.memo import MESSAGE_MEMO_LIMIT, IdentityMemo
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
     ContentPart,
@@ -105,7 +105,9 @@ def classify(conversation: Conversation) -> Conversation:
     return replace(conversation, messages=tuple(messages), system=system)
 
 
-_MEMO: IdentityMemo[Message, tuple[bool, tuple[bool, ...]], Message] = IdentityMemo(4_096)
+_MEMO: IdentityMemo[Message, tuple[bool, tuple[bool, ...]], Message] = IdentityMemo(
+    MESSAGE_MEMO_LIMIT
+)
 """Classified copies of parsed messages (the adapters hand out the same object for an
 item they parsed before), by what classification depends on: the exact flag and which
 of the message's tool-result texts earlier messages already showed."""

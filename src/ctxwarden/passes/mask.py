@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from ctxwarden.memo import remember
+from ctxwarden.memo import TEXT_MEMO_LIMIT, remember
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import MaskConfig
@@ -152,5 +152,7 @@ class MaskPass:
         built = self._memo.get(key)
         if built is None:
             ref = ref_for(segment.text)
-            built = remember(self._memo, key, placeholder_parts(segment, ref, self.digest), 20_000)
+            built = remember(
+                self._memo, key, placeholder_parts(segment, ref, self.digest), TEXT_MEMO_LIMIT
+            )
         return built

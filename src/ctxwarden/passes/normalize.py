@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 
-from ctxwarden.memo import remember
+from ctxwarden.memo import TEXT_MEMO_LIMIT, remember
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
@@ -84,7 +84,7 @@ class NormalizePass:
         if text in self._memo:
             return self._memo[text]
         result = normalize_text(text, self.config.repeat_run, self.config.minify_json)
-        return remember(self._memo, text, result if result != text else None, 50_000)
+        return remember(self._memo, text, result if result != text else None, TEXT_MEMO_LIMIT)
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]

@@ -13,6 +13,7 @@ import functools
 import re
 from collections.abc import Mapping
 
+from ctxwarden.memo import TEXT_MEMO_LIMIT
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import SummarizeConfig
@@ -27,7 +28,7 @@ MAX_PATH_LINES = 3
 MAX_PATH_LINE = 200
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
 def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...]]:
     """The extractive summary of ``text`` and the error lines it keeps."""
     sentences = _SENTENCE_END.split(text.strip(), maxsplit=keep_sentences + 8)

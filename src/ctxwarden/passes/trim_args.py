@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from ctxwarden.memo import remember
+from ctxwarden.memo import TEXT_MEMO_LIMIT, remember
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
@@ -109,7 +109,7 @@ class TrimArgsPass:
             trimmed, changed = _trim(parsed, ref, self.config)
             if changed:
                 result = orjson.dumps(trimmed).decode()
-        return remember(self._memo, arguments, result, 20_000)
+        return remember(self._memo, arguments, result, TEXT_MEMO_LIMIT)
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]

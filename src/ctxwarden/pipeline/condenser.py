@@ -25,7 +25,7 @@ from typing import Any
 
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import json_pointer
-from ctxwarden.memo import IdentityMemo, remember
+from ctxwarden.memo import MESSAGE_MEMO_LIMIT, IdentityMemo, remember
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.hashing import digest
 from ctxwarden.model.hashing import element_hashes as hash_elements
@@ -49,7 +49,7 @@ from ctxwarden.tokens.registry import CachePricing
 
 __all__ = ["CondenseOutcome", "Condenser", "step_is_free"]
 
-MAX_SENT_HASHES = 4_096
+MAX_SENT_HASHES = MESSAGE_MEMO_LIMIT
 
 
 def _nothing() -> None:
@@ -612,7 +612,9 @@ def _apply(conversation: Conversation, applied: dict[Path, Replacement]) -> Conv
     return replace(conversation, messages=tuple(messages))
 
 
-_APPLIED: IdentityMemo[Message, frozenset[tuple[Path, str]], Message] = IdentityMemo(4_096)
+_APPLIED: IdentityMemo[Message, frozenset[tuple[Path, str]], Message] = IdentityMemo(
+    MESSAGE_MEMO_LIMIT
+)
 """Rewritten copies of messages by the replacements written into them."""
 
 

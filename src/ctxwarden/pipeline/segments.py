@@ -75,7 +75,7 @@ class SegmentCache:
     one conversation's segment texts (shared with the request they came from), so the
     bound is about ``max_sessions`` times the largest conversation."""
 
-    def __init__(self, max_sessions: int = 64) -> None:
+    def __init__(self, max_sessions: int = 512) -> None:
         self.max_sessions = max_sessions
         self._built: OrderedDict[str, _Built] = OrderedDict()
 
