@@ -14,6 +14,12 @@ check exactly what arrived. Answers are :class:`Reply` values taken from a queue
 
 Faults: ``status``/``error`` (an error in the API's own shape), ``delay`` (before
 headers, for timeouts), ``chunk_delay`` (slow streams, for disconnects).
+
+Responses are stored as OpenAI stores them (unless ``store`` is false): a request
+continuing one of them with ``previous_response_id`` is checked as OpenAI checks it,
+every function call of the conversation answered and every output paired with a
+call, else a 400 ("No tool output found for function call ..."). An id the fake never
+gave is not checked.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from ctxwarden.proxy import fake_events
 from ctxwarden.proxy.shapes import Family, error_body
 
 __all__ = ["FakeUpstream", "Received", "Reply", "ToolCall"]
+
+
+_STORED_RESPONSES = 1000
+"""Responses the fake keeps for ``previous_response_id`` (the oldest go first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,8 @@ class FakeUpstream:
         self.queue: deque[Reply] = deque(replies)
         self.default = default or Reply()
         self.received: list[Received] = []
+        self.stored: dict[str, list[Any]] = {}
+        """Responses by id: the whole conversation they end (input items, then output)."""
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.host = "127.0.0.1"
@@ -157,10 +169,24 @@ class FakeUpstream:
                     payload = orjson.loads(item.body)
                 except orjson.JSONDecodeError:
                     payload = {}
+                context: list[Any] = []
+                if api == "responses" and isinstance(payload, dict):
+                    context, refused = self._responses_context(payload)
+                    if refused:
+                        item.finished = True
+                        return web.Response(
+                            body=error_body(family, 400, refused, param="input"),
+                            status=400, content_type="application/json",
+                        )  # fmt: skip
                 n = next(self._ids)
                 prompt = reply.prompt_tokens or max(1, len(item.body) // 4)
                 answer = fake_events.Answer(reply, payload if isinstance(payload, dict) else {},
                                             n, prompt)  # fmt: skip
+                if api == "responses" and answer.request.get("store") is not False:
+                    output = fake_events.responses_body(answer)["output"]
+                    self.stored[f"resp_fake{n}"] = [*context, *output]
+                    if len(self.stored) > _STORED_RESPONSES:  # a long-running fake
+                        del self.stored[next(iter(self.stored))]
                 if isinstance(payload, dict) and payload.get("stream"):
                     response = await self._stream(request, fake_events.EVENTS[api](answer), reply)
                 else:
@@ -174,6 +200,30 @@ class FakeUpstream:
                 raise
 
         return handler
+
+    def _responses_context(self, payload: dict[str, Any]) -> tuple[list[Any], str | None]:
+        """The conversation a Responses request ends (stored items, then its input) and
+        the refusal OpenAI would answer it with (``None``: accepted)."""
+        given = payload.get("input")
+        items = [{"role": "user", "content": given}] if isinstance(given, str) else given
+        items = list(items) if isinstance(items, list) else []
+        previous = payload.get("previous_response_id")
+        if not isinstance(previous, str) or previous not in self.stored:
+            return items, None
+        context = [*self.stored[previous], *items]
+        calls, outputs = [], set()
+        for entry in context:
+            kind = entry.get("type") if isinstance(entry, dict) else None
+            if kind in ("function_call", "custom_tool_call"):
+                calls.append(entry.get("call_id"))
+            elif kind in ("function_call_output", "custom_tool_call_output"):
+                outputs.add(entry.get("call_id"))
+        for call_id in calls:
+            if call_id not in outputs:
+                return context, f"No tool output found for function call {call_id}."
+        for call_id in sorted(outputs - set(calls), key=str):
+            return context, f"No tool call found for function call output with call_id {call_id}."
+        return context, None
 
     async def _stream(
         self, request: web.Request, events: list[bytes], reply: Reply

@@ -36,6 +36,7 @@ from ctxwarden.model.session import derive_session_key
 from ctxwarden.proxy.bodies import decode_body
 from ctxwarden.proxy.breakpoints import with_step_breakpoint
 from ctxwarden.proxy.dialects import DIALECTS
+from ctxwarden.proxy.owed import owed_for, settle
 from ctxwarden.proxy.recall import REF_BYTES
 from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
 from ctxwarden.proxy.rollout import decide, header_mode
@@ -260,6 +261,8 @@ async def _condensed(
         return await relay(ex, raw, record)
     tenant = state.tenants.for_headers(request.headers)
     session = request.headers.get("x-ctxwarden-session") or None
+    # recall answers a stored response the client continues still owes (see owed.py)
+    owed = await owed_for(state, tenant, parsed) if api == "openai.responses" else []
     loop = asyncio.get_running_loop()
     try:
         outcome = await loop.run_in_executor(
@@ -279,6 +282,9 @@ async def _condensed(
     if failure is not None or result is None:
         record.level = "error"
         record.set(fallback_reason=f"proxy: {failure}", fallbacks=1)
+        if owed:
+            ex.decoded = ex.server_decoded or decoded.coded
+            return await relay(ex, orjson.dumps(settle(parsed, owed)), record)
         return await relay(ex, raw, record)
     report = result.report
     _report_fields(record, report)
@@ -292,6 +298,11 @@ async def _condensed(
             outgoing = marked
             out = orjson.dumps(outgoing)
             record.set(cache_breakpoint=True)
+    if owed:
+        settled = settle(outgoing, owed)
+        if settled is not outgoing:
+            outgoing = settled
+            out = orjson.dumps(outgoing)
     record.set(bytes_after=len(out))
     # from here on a body ctxwarden wrote goes out plain: the client's coding is dropped
     ex.decoded = ex.server_decoded or decoded.coded

@@ -24,6 +24,12 @@ Contract:
   ended cleanly, so no client takes a truncated answer for a complete one.
 - A client that disconnects raises out of ``write`` (or cancels the handler); the
   upstream response is then closed, which aborts the upstream request.
+- Recall calls next to the client's own calls (or past the round limit) are stripped
+  and never answered in this turn: the client answers its calls, and its next
+  request continues the turn. Chat and Messages histories then simply lack the
+  recall calls; a stored Responses response still holds them, so the proxy answers
+  them and adds the answers to the request that continues it
+  (:mod:`ctxwarden.proxy.owed`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ctxwarden.proxy import owed
 from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
@@ -247,6 +254,9 @@ async def relay_with_recall(
             body_out = data if hidden is None else orjson.dumps(hidden)
             return web.Response(body=body_out, status=status, headers=headers)
         if result.other_calls or rounds >= state.settings.max_recall_rounds:
+            if api == "openai.responses" and owed.stored(asked):
+                answers = await _answer(state, result, tenant, record)
+                await _owe(state, tenant, obj.get("id"), owed.outputs(answers), record)
             stripped = dialect.strip(obj)
             return web.Response(
                 body=orjson.dumps(dialect.hide(stripped, asked) or stripped), headers=headers
@@ -271,6 +281,16 @@ def _continuation(
     return request
 
 
+async def _owe(
+    state: ProxyState, tenant: str, response_id: Any, items: list[Any], record: RequestRecord
+) -> None:
+    """Keep what the stored response the client sees owes (see :mod:`.owed`)."""
+    if not items:
+        return
+    if not await owed.remember(state, tenant, response_id, items):
+        record.level = "error"
+
+
 def _add_round_usage(record: RequestRecord, obj: dict[str, Any]) -> None:
     """Add one round's reported usage to the request's totals."""
     usage = Usage()
@@ -289,6 +309,8 @@ async def _stream_loop(
         flt.asked = request
     out: web.StreamResponse | None = None
     rounds = 0
+    owing = flt if isinstance(flt, ResponsesFilter) and owed.stored(request) else None
+    debt: list[Any] = []  # what the stored response the client sees lacks (Responses)
     while True:
         started = time.perf_counter()
         try:
@@ -327,15 +349,23 @@ async def _stream_loop(
             return await _fail(ex.request, out, flt, status, b"", str(exc), record)
         record.add_upstream(time.perf_counter() - started)
         result = flt.round_result()
+        if owing is not None and owing.announced_before():
+            debt += result.assistant or []  # a later round than the response the client sees
         if not result.calls or result.other_calls or rounds >= state.settings.max_recall_rounds:
             break
         answers = await _answer(state, result, tenant, record)
+        if owing is not None and owing.announced():
+            debt += owed.outputs(answers)
         request = _continuation(dialect, request, result, answers, rounds, state)
         body = orjson.dumps(request)
         rounds += 1
         record.set(recall_rounds=rounds)
         flt.start_round()
     assert out is not None
+    if owing is not None:
+        if result.calls:  # stripped: answered for the next request
+            debt += owed.outputs(await _answer(state, result, tenant, record))
+        await _owe(state, tenant, owing.client_response_id(), debt, record)
     await _write(out, b"".join(flt.finish()))
     await out.write_eof()
     return out

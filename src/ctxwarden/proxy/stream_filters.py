@@ -323,7 +323,8 @@ class ResponsesFilter(StreamFilter):
     which ``response.completed`` repeats: a round that only calls recall is never
     announced, and the client sees the final round's id, as non-streamed. When a
     round showed output before calling recall, its id was announced already and is
-    kept (changing it would break the client's stream)."""
+    kept (changing it would break the client's stream); the request that continues
+    it then gets the rest of the turn (:mod:`ctxwarden.proxy.owed`)."""
 
     error_name = "error"
 
@@ -340,6 +341,7 @@ class ResponsesFilter(StreamFilter):
         self._opening: list[tuple[str | None, dict[str, Any]]] = []  # held, this round
         self._round_id: str | None = None
         self.response_id: str | None = None  # the id announced to the client
+        self.announced_round: int | None = None  # the round whose id that is
 
     def start_round(self) -> None:
         super().start_round()
@@ -383,11 +385,24 @@ class ResponsesFilter(StreamFilter):
     def round_ended(self) -> bool:
         return self._final is not None
 
+    def announced(self) -> bool:
+        """Whether the client was shown a response id (this round's or an earlier's)."""
+        return self.announced_round is not None
+
+    def announced_before(self) -> bool:
+        """Whether the id the client was shown is an earlier round's."""
+        return self.announced_round is not None and self.announced_round < self.round
+
+    def client_response_id(self) -> str | None:
+        """The response id the client sees: the announced one, else this round's."""
+        return self._round_id if self.response_id is None else self.response_id
+
     def _announce(self) -> list[bytes]:
         """The held opening events, once, before the first client-visible event."""
         if self.response_id is not None:
             return []
         self.response_id = self._round_id or ""
+        self.announced_round = self.round
         return [self._emit(self._hidden(obj), name) for name, obj in self._opening]
 
     def _hidden(self, obj: dict[str, Any]) -> dict[str, Any]:
