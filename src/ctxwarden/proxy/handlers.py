@@ -32,14 +32,13 @@ from aiohttp import web
 from ctxwarden.config import Mode
 from ctxwarden.errors import MalformedRequest
 from ctxwarden.io import may_hold_wide_integer
-from ctxwarden.model.session import derive_session_key
 from ctxwarden.proxy.bodies import decode_body
 from ctxwarden.proxy.breakpoints import with_step_breakpoint
 from ctxwarden.proxy.dialects import DIALECTS
 from ctxwarden.proxy.owed import owed_for, settle
 from ctxwarden.proxy.recall import REF_BYTES
 from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
-from ctxwarden.proxy.rollout import decide, header_mode
+from ctxwarden.proxy.rollout import Decision, canary_key, decide, header_mode
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
 from ctxwarden.proxy.state import STATE, ProxyState, RequestRecord
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -269,8 +268,11 @@ async def _condensed(
             state.executor,
             _condense_sync, state, parsed, api, session, wanted, server_mode, tenant,
         )  # fmt: skip
-    except MalformedRequest as exc:
-        return _error(family, 400, f"malformed request: {exc}", param=exc.pointer)
+    except _Malformed as exc:
+        if exc.decision.mode == "active":
+            return _error(family, 400, f"malformed request: {exc.error}", param=exc.error.pointer)
+        # shadow (a canary-out session too) is transparent: the upstream judges it
+        outcome = exc.decision, None, f"malformed request at {exc.error.pointer or '/'}"
     decision, result, failure = outcome
     record.mode = decision.mode
     record.set(
@@ -386,31 +388,51 @@ async def _stdlib_parses_object(body: bytes) -> bool:
     return await _stdlib_reads(body, lambda value: isinstance(value, dict))
 
 
+class _Malformed(Exception):
+    """A :class:`MalformedRequest` with the rollout decision it was found under."""
+
+    def __init__(self, error: MalformedRequest, decision: Decision) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.decision = decision
+
+
 def _condense_sync(
     state: ProxyState, parsed: dict[str, Any], api: str, session: str | None,
     wanted: Mode | None, server_mode: Mode, tenant: str,
-) -> tuple[Any, Any, str | None]:  # fmt: skip
+) -> tuple[Decision, Any, str | None]:  # fmt: skip
     """On the engine thread: decide the canary bucket, then condense (never raises
-    except :class:`MalformedRequest`)."""
+    except :class:`_Malformed`).
+
+    A session without an ``x-ctxwarden-session`` header is bucketed by
+    :func:`~ctxwarden.proxy.rollout.canary_key`, which its first turn shares with the
+    later ones (the engine's own session key also covers the agent's first reply), so
+    a session never changes side, nor its tool list with it."""
     settings = state.settings
     engine = state.engine
+
+    def server_decision() -> Decision:
+        return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                      canary_percent=100, session=None)  # fmt: skip
+
+    decision: Decision | None = None
     try:
-        if session is None and wanted is None and settings.canary_percent < 100:
-            session = derive_session_key(engine.parse(parsed, api))
+        key = session
+        if key is None and wanted is None and settings.canary_percent < 100:
+            key = canary_key(engine.parse(parsed, api))
         decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                          canary_percent=settings.canary_percent, session=session)  # fmt: skip
+                          canary_percent=settings.canary_percent, session=key)  # fmt: skip
         items = parsed.get("messages", parsed.get("input"))
         if isinstance(items, list) and len(items) > settings.max_messages:
             return decision, None, f"limit: {len(items)} messages > {settings.max_messages}"
         result = engine.condense(parsed, api=api, session=session, mode=decision.mode,
                                  tenant=tenant)  # fmt: skip
         return decision, result, None
-    except MalformedRequest:
-        raise
+    except MalformedRequest as exc:
+        raise _Malformed(exc, decision or server_decision()) from exc
     except Exception as exc:  # ctxwarden must never fail a forwardable request
         _log.error("condense failed, sending the original: %s", type(exc).__name__)
-        return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                      canary_percent=100, session=None), None, type(exc).__name__  # fmt: skip
+        return decision or server_decision(), None, type(exc).__name__
 
 
 def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:

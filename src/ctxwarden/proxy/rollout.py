@@ -10,7 +10,13 @@ Order of precedence (first match wins):
    (``canary_in``), the rest run ``shadow`` and are logged ``canary_out``.
 
 The bucket is ``int(blake2b(session)[:8]) % 100``: deterministic per session, so a
-whole session is either in or out and prompt caches are not churned.
+whole session is either in or out and prompt caches are not churned. A fractional
+percentage splits the boundary bucket by the next digits of the same hash (a whole
+percentage puts exactly the buckets below it in).
+
+Without an ``x-ctxwarden-session`` header the key to bucket is :func:`canary_key`, not
+the engine's session key: that one covers the agent's first reply, so a session's
+first turn would bucket apart from its later turns.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ import logging
 from dataclasses import dataclass
 
 from ctxwarden.config import Mode
+from ctxwarden.model.conversation import Conversation
+from ctxwarden.model.parts import TextPart
 
-__all__ = ["Decision", "KillSwitch", "canary_bucket", "decide", "header_mode"]
+__all__ = ["Decision", "KillSwitch", "canary_bucket", "canary_key", "decide", "header_mode"]
 
 _log = logging.getLogger("ctxwarden.proxy")
 _MODES: tuple[Mode, ...] = ("active", "shadow", "exact")
@@ -51,10 +59,40 @@ class Decision:
     bucket: int | None = None
 
 
+def _canary_number(session: str) -> int:
+    digest = hashlib.blake2b(session.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
 def canary_bucket(session: str) -> int:
     """The deterministic bucket 0..99 of a session key."""
-    digest = hashlib.blake2b(session.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % 100
+    return _canary_number(session) % 100
+
+
+def _canary_position(session: str) -> float:
+    """The bucket plus a fraction in [0, 1) from the hash's next digits: below a whole
+    percentage exactly when the bucket is, and spread evenly for a fractional one."""
+    number = _canary_number(session)
+    return number % 100 + (number // 100 % 10_000) / 10_000
+
+
+def canary_key(conversation: Conversation) -> str:
+    """The key a session without an ``x-ctxwarden-session`` header is bucketed by: the
+    API, the system texts and the user texts before the first assistant message. Every
+    turn of a session shows the same ones (clients append), its first turn included."""
+    h = hashlib.blake2b(digest_size=10)
+    h.update(conversation.api.encode())
+    for part in conversation.system:
+        if isinstance(part, TextPart):
+            h.update(b"\x00sys\x00" + part.text.encode())
+    for message in conversation.messages:
+        if message.role == "assistant":
+            break
+        if message.role in ("user", "system", "developer"):
+            tag = b"\x00user\x00" if message.role == "user" else b"\x00sys\x00"
+            for text in message.text_parts():
+                h.update(tag + text.text.encode())
+    return "c-" + h.hexdigest()
 
 
 def header_mode(value: str | None) -> Mode | None:
@@ -90,6 +128,6 @@ def decide(
     if server_mode != "active" or canary_percent >= 100:
         return Decision(server_mode, "server")
     bucket = canary_bucket(session or "")
-    if bucket < canary_percent:
+    if _canary_position(session or "") < canary_percent:
         return Decision("active", "canary_in", bucket)
     return Decision("shadow", "canary_out", bucket)

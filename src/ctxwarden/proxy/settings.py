@@ -62,5 +62,15 @@ class ProxySettings:
             raise ConfigError(
                 f"{self.gc_interval} is not 0 (never) or 1 to 604800 seconds", "gc_interval"
             )
-        if self.max_body_bytes <= 0 or self.max_recall_rounds < 0:
-            raise ConfigError("limits must be positive", "max_body_bytes")
+        for name in ("max_body_bytes", "max_messages", "max_recall_calls", "max_recall_bytes",
+                     "pool_size"):  # fmt: skip
+            if not getattr(self, name) >= 1:
+                raise ConfigError(f"{getattr(self, name)} is not a positive limit", name)
+        if not self.max_recall_rounds >= 0:
+            raise ConfigError(
+                f"{self.max_recall_rounds} is not 0 (off) or more", "max_recall_rounds"
+            )
+        for name in ("connect_timeout", "read_timeout", "total_timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:  # NaN too
+                raise ConfigError(f"{value} is not a positive number of seconds", name)

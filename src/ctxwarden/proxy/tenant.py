@@ -18,42 +18,63 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from ctxwarden.errors import ConfigError
+
 __all__ = ["ANONYMOUS_TENANT", "TenantKeys", "credential_of", "load_or_create_secret"]
 
 ANONYMOUS_TENANT = "t-anonymous"
 _SECRET_FILE = "proxy.secret"
+_MIN_SECRET_BYTES = 16
 
 
 def load_or_create_secret(data_dir: str | Path) -> bytes:
-    """The per-data-dir secret, created atomically with mode 0600 when missing."""
+    """The per-data-dir secret, created atomically with mode 0600 when missing.
+
+    Concurrent creators (threads, processes, replicas on a shared volume) agree on one
+    secret: each writes its own temporary file and links it into place, and whoever
+    loses the link reads the winner's. A file too short to be a secret (an operator's
+    mistake, or a crash on a file system that lost the write) is a
+    :class:`~ctxwarden.errors.ConfigError` naming it; replacing it silently would
+    orphan every stored artifact."""
     folder = Path(data_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / _SECRET_FILE
     try:
-        data = path.read_bytes()
-        if len(data) >= 32:
-            return data
+        return _checked(path, path.read_bytes())
     except FileNotFoundError:
         pass
     fresh = secrets.token_bytes(32)
-    tmp = folder / f".{_SECRET_FILE}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(fresh)
+    tmp = folder / f".{_SECRET_FILE}.{os.getpid()}.{secrets.token_hex(8)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.link(tmp, path)  # fails if another process won the race
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(fresh)
+            fh.flush()
+            os.fsync(fh.fileno())  # never link a file whose bytes are not on disk
+        os.link(tmp, path)  # fails if another creator won the race
     except FileExistsError:
-        fresh = path.read_bytes()
+        fresh = _checked(path, path.read_bytes())
     finally:
         tmp.unlink(missing_ok=True)
     return fresh
 
 
+def _checked(path: Path, data: bytes) -> bytes:
+    if len(data) < _MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"{path} holds {len(data)} bytes, too few for the tenant secret (at least "
+            f"{_MIN_SECRET_BYTES}); restore it, or delete it to create a new one (the "
+            "tenants' stored originals then become unreachable)",
+            "data_dir",
+        )
+    return data
+
+
 def credential_of(headers: Mapping[str, str]) -> str | None:
     """The API credential of a request (``x-api-key`` first, then a Bearer token)."""
-    key = headers.get("x-api-key")
+    key = (headers.get("x-api-key") or "").strip()
     if key:
-        return key.strip()
+        return key
     auth = headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
@@ -65,7 +86,7 @@ class TenantKeys:
     """Derives tenant keys with one secret (see module docstring)."""
 
     def __init__(self, secret: bytes) -> None:
-        if len(secret) < 16:
+        if len(secret) < _MIN_SECRET_BYTES:
             raise ValueError("tenant secret must be at least 16 bytes")
         self._secret = secret
 

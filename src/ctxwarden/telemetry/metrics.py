@@ -19,10 +19,13 @@ __all__ = ["CONTENT_TYPE_LATEST", "MetricsSink", "ProxyMetrics"]
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 )  # fmt: skip
+_UPSTREAM_BUCKETS = (*_LATENCY_BUCKETS, 120, 300, 600)
+"""A non-streamed answer's headers come after the whole generation: minutes, up to the
+default read timeout (600 s)."""
 
 
 def _fallback_kind(reason: str) -> str:
-    lowered = reason.lower()
+    lowered = reason.lower().removeprefix("proxy: ")  # the proxy's own reasons
     if "store" in lowered or "artifact" in lowered:
         return "store"
     if lowered.startswith("validation"):
@@ -79,7 +82,7 @@ class ProxyMetrics:
             "ctxwarden_upstream_seconds",
             "Upstream time to response headers (first round).",
             ("route",),
-            buckets=_LATENCY_BUCKETS,
+            buckets=_UPSTREAM_BUCKETS,
             registry=r,
         )
 
