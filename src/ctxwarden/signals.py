@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Any
 
 import orjson
 
@@ -302,8 +303,14 @@ def command_of(arguments: str) -> str:
     arguments text itself (whitespace-normalised)."""
     try:
         args = orjson.loads(arguments) if arguments else {}
-    except orjson.JSONDecodeError:
+        return _command_in(args)
+    except (orjson.JSONDecodeError, TypeError, RecursionError):  # not JSON, or too deep
         return " ".join(arguments.split())
+
+
+def _command_in(args: Any) -> str:
+    """:func:`command_of` of parsed arguments (raises ``TypeError`` for values nested
+    past what orjson writes)."""
     if isinstance(args, dict):
         for key in ("command", "cmd", "path", "file_path", "query"):
             value = args.get(key)

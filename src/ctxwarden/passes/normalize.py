@@ -16,6 +16,7 @@ from ctxwarden.memo import TEXT_MEMO_LIMIT, remember
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
+from ctxwarden.signals import error_lines
 
 __all__ = ["NormalizePass", "minified_json", "normalize_text"]
 
@@ -71,6 +72,14 @@ def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> 
     return "\n".join(out)
 
 
+def _keeps_error_lines(text: str, normalized: str) -> bool:
+    """Whether every error line of ``text`` is in ``normalized`` as it was. Stripping a
+    coloured or CR-ended error line would fail the condenser's error-line check: the
+    rewrite would be rolled back and, being proposed, keep every later pass (a mask
+    that keeps the line verbatim) off the segment."""
+    return all(line in normalized for line in error_lines(text))
+
+
 class NormalizePass:
     """Rewrites noisy outputs to their normalized form plus a reference to the exact text."""
 
@@ -83,8 +92,10 @@ class NormalizePass:
     def _normalized(self, text: str) -> str | None:
         if text in self._memo:
             return self._memo[text]
-        result = normalize_text(text, self.config.repeat_run, self.config.minify_json)
-        return remember(self._memo, text, result if result != text else None, TEXT_MEMO_LIMIT)
+        result: str | None = normalize_text(text, self.config.repeat_run, self.config.minify_json)
+        if result == text or (result is not None and not _keeps_error_lines(text, result)):
+            result = None
+        return remember(self._memo, text, result, TEXT_MEMO_LIMIT)
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]

@@ -49,7 +49,7 @@ def _exact(arguments: str) -> Any:
     (``None`` when it is not JSON)."""
     try:
         return json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to read
         return None
 
 
@@ -103,12 +103,15 @@ class TrimArgsPass:
             parsed = None
             if len(arguments) > self.config.max_value_chars and _exact(arguments) is None:
                 result = trim_value(arguments, ref, self.config)
-        if parsed is not None and not _same(_exact(arguments), parsed):
-            parsed = None  # read inexactly (a huge integer became a float): left whole
-        if parsed is not None:
-            trimmed, changed = _trim(parsed, ref, self.config)
-            if changed:
-                result = orjson.dumps(trimmed).decode()
+        try:
+            if parsed is not None and not _same(_exact(arguments), parsed):
+                parsed = None  # read inexactly (a huge integer became a float): left whole
+            if parsed is not None:
+                trimmed, changed = _trim(parsed, ref, self.config)
+                if changed:
+                    result = orjson.dumps(trimmed).decode()
+        except (RecursionError, TypeError):  # nested past what can be walked or written
+            result = None
         return remember(self._memo, arguments, result, TEXT_MEMO_LIMIT)
 
     def __call__(
