@@ -6,8 +6,12 @@ Public surface::
     engine = ctxwarden.Engine()
     result = engine.condense(request, api="openai.chat")
     result.request, result.report
+
+Anthropic callers that cache mark where the previous request ended with
+``with_step_breakpoint(result.request)`` (the proxy does it for its clients).
 """
 
+from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.engine import CondenseResult, Engine
 from ctxwarden.errors import (
@@ -35,6 +39,7 @@ __all__ = [
     "ValidationFailed",
     "__version__",
     "load_config",
+    "with_step_breakpoint",
 ]
 
 __version__ = "0.1.0"

@@ -6,9 +6,10 @@ put one at the end of each request. A compaction step rewrites what followed the
 previous request's newest messages, so the entry at the previous request's end no
 longer matches and the whole prompt would be written to the cache again.
 
-For a client that already caches, the proxy adds one breakpoint where the previous
-request of the session ended: on the last block of the message before the last
-assistant message (everything before that message is the previous request). Each
+For a client that already caches, one breakpoint goes where the previous request of
+the session ended (the proxy adds it to its clients' requests; library callers pass
+``result.request`` to :func:`with_step_breakpoint`): on the last block of the message
+before the last assistant message (everything before it is the previous request). Each
 request then writes an entry there, and the next one, whose rewrite starts after it,
 reads it. The breakpoint is added only when the client set at least one itself (it opted
 into caching and its prices), when the request has room (Anthropic takes at most four),

@@ -1,4 +1,4 @@
-"""The Anthropic cache breakpoint the proxy adds where the previous request ended."""
+"""The Anthropic cache breakpoint where the previous request ended (library and proxy)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from ctxwarden.proxy.breakpoints import with_step_breakpoint
+from ctxwarden.breakpoints import with_step_breakpoint
 from tests.proxy.conftest import KEY_A, Proxy
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -100,3 +100,11 @@ def test_only_real_markers_count_and_are_copied() -> None:
     automatic["cache_control"] = EPHEMERAL
     marked = with_step_breakpoint(automatic)
     assert marked is not None and marked["messages"][2]["content"][-1]["cache_control"] == EPHEMERAL
+
+
+def test_library_callers_get_the_same_breakpoint() -> None:
+    import ctxwarden
+
+    request = _turns()
+    assert ctxwarden.with_step_breakpoint(request) == with_step_breakpoint(request)
+    assert ctxwarden.with_step_breakpoint(request) != request

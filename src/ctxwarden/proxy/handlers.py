@@ -29,11 +29,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import Mode
 from ctxwarden.errors import MalformedRequest
 from ctxwarden.io import may_hold_wide_integer
 from ctxwarden.proxy.bodies import decode_body
-from ctxwarden.proxy.breakpoints import with_step_breakpoint
 from ctxwarden.proxy.dialects import DIALECTS
 from ctxwarden.proxy.owed import owed_for, settle
 from ctxwarden.proxy.recall import REF_BYTES
