@@ -50,6 +50,7 @@ from ctxwarden.tokens.registry import CachePricing
 __all__ = ["CondenseOutcome", "Condenser", "step_is_free"]
 
 MAX_SENT_HASHES = MESSAGE_MEMO_LIMIT
+MAX_DECODED_STATES = 512
 
 
 def _nothing() -> None:
@@ -80,6 +81,8 @@ class Condenser:
         self.passes = build_passes(self.pipeline)
         self.store = store
         self._segment_cache = SegmentCache()
+        self._states: dict[tuple[str, str], tuple[bytes, SessionState]] = {}
+        """The state last written per session, with its bytes (see :meth:`_decoded`)."""
         self._sent_hashes: dict[tuple[str, frozenset[tuple[Path, str]]], str] = {}
         """A rewritten message's element hash by its exact hash and its replacements
         (the same frozen replacements are re-applied every turn)."""
@@ -99,7 +102,7 @@ class Condenser:
     ) -> CondenseOutcome:
         """Condense ``conversation``; ``element_tokens`` are its per-element counts."""
         raw_state = self.store.get_state(tenant, session)
-        state = SessionState.decode(raw_state)
+        state = self._decoded(tenant, session, raw_state)
         exact_hashes = element_hashes or hash_elements(conversation)
         view = segment_view(
             conversation,
@@ -129,19 +132,28 @@ class Condenser:
             relaxed = replace(view, recent=frozenset(), relevant=frozenset())
             new.update(self._propose(relaxed, {**frozen, **new}, counter, band, None, frozen_total))
 
+        # what the request is with the frozen replacements alone: the planner's baseline,
+        # and what is sent when no step is taken (the usual turn)
+        frozen_sent = (
+            self._sent_elements(exact_hashes, exact_tokens, view, frozen, counter)
+            if new and not forced
+            else None
+        )
         adopted = (
             new
-            if forced
+            if forced or frozen_sent is None
             else self._choose_step(
-                view, frozen, new, counter, state, exact_hashes, exact_tokens, pricing
+                view, frozen_sent, new, counter, state, exact_hashes, exact_tokens, pricing
             )
         )
         adopted = self._commit(view, adopted, frozen, tenant, report)
         applied = {**frozen, **adopted}
         result = _apply(conversation, applied) if applied else conversation
 
-        sent_hashes, sent_tokens = self._sent_elements(
-            exact_hashes, exact_tokens, view, applied, counter
+        sent_hashes, sent_tokens = (
+            frozen_sent
+            if frozen_sent is not None and not adopted
+            else self._sent_elements(exact_hashes, exact_tokens, view, applied, counter)
         )
         prev_sent = state.sent_hashes
         report["compaction_step"] = bool(prev_sent) and (
@@ -175,14 +187,37 @@ class Condenser:
 
         report.update(self._counters(view, applied, adopted, counter, forced, state))
         report["tokens_after"] = sum(sent_tokens)
-        return CondenseOutcome(
-            result,
-            report,
-            commit=lambda: self.store.put_state(tenant, session, encoded),
-            commit_original=commit_original,
-        )
+
+        def commit() -> None:
+            self.store.put_state(tenant, session, encoded)
+            self._written(tenant, session, encoded, state)
+
+        return CondenseOutcome(result, report, commit=commit, commit_original=commit_original)
 
     # -- pieces ------------------------------------------------------------------------
+    def _decoded(self, tenant: str, session: str, raw: bytes | None) -> SessionState:
+        """``raw`` decoded; the state this process wrote last for the session is kept
+        decoded, so while nothing else wrote it (the usual case) the state, which
+        grows with the history, is not parsed again (a copy: ``run`` changes it)."""
+        key = (tenant, session)
+        known = self._states.pop(key, None)
+        if known is not None and raw is not None and known[0] == raw:
+            state = known[1]
+        else:
+            state = SessionState.decode(raw)
+        return replace(
+            state,
+            decisions=dict(state.decisions),
+            cum_exact=dict(state.cum_exact),
+            cum_sent=dict(state.cum_sent),
+        )
+
+    def _written(self, tenant: str, session: str, raw: bytes, state: SessionState) -> None:
+        """Remember ``state`` as what ``raw``, written for the session, decodes to."""
+        self._states[(tenant, session)] = (raw, state)
+        while len(self._states) > MAX_DECODED_STATES:
+            self._states.pop(next(iter(self._states)))
+
     @staticmethod
     def _saved(view: SegmentView, path: Path, r: Replacement, counter: TokenCounter) -> int:
         key = (path, r.text)
@@ -341,7 +376,7 @@ class Condenser:
     def _choose_step(
         self,
         view: SegmentView,
-        frozen: dict[Path, Replacement],
+        frozen_sent: tuple[list[str], list[int]],
         new: dict[Path, Replacement],
         counter: TokenCounter,
         state: SessionState,
@@ -358,9 +393,7 @@ class Condenser:
             segment = view.segment(path)
             if segment:
                 by_message[segment.message_index] += self._saved(view, path, rep, counter)
-        frozen_hashes, frozen_tokens = self._sent_elements(
-            exact_hashes, exact_tokens, view, frozen, counter
-        )
+        frozen_hashes, frozen_tokens = frozen_sent
         sums = prefix_sums(frozen_tokens)
         total = sums[-1]
         floor = max(planner.floor_tokens, planner.floor_ratio * total)

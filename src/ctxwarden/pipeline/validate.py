@@ -20,9 +20,10 @@ from typing import Any
 import orjson
 
 from ctxwarden.errors import ValidationFailed
+from ctxwarden.memo import MESSAGE_MEMO_LIMIT, IdentityMemo
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation, Message
-from ctxwarden.model.parts import Path
+from ctxwarden.model.parts import Path, TextPart
 
 __all__ = ["validate_rewrite"]
 
@@ -34,13 +35,18 @@ def _value_at(wire: Any, path: Path) -> Any:
     return node
 
 
-def _skeleton(messages: list[Message]) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
-    out = []
-    for m in messages:
-        ids = tuple(("call", c.call_id + "\x00" + c.name) for c in m.tool_calls)
-        ids += tuple(("result", r.call_id) for r in m.tool_results)
-        out.append((m.role, ids))
-    return out
+def _skeleton(message: Message) -> tuple[str, tuple[tuple[str, str], ...]]:
+    ids = tuple(("call", c.call_id + "\x00" + c.name) for c in message.tool_calls)
+    ids += tuple(("result", r.call_id) for r in message.tool_results)
+    return message.role, ids
+
+
+_PASSED: IdentityMemo[Message, tuple[int, bool], Message] = IdentityMemo(MESSAGE_MEMO_LIMIT)
+"""Rewritten messages that passed :func:`_check_message`, by their original, its
+position and whether that position is protected. The checks read nothing else: the
+original came from the wire item at that position (the adapters' parse memo is keyed
+by position and content), and the frozen rewrite of an old message is the same object
+every turn, so a resent history is checked once, not on every request."""
 
 
 def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: Any) -> None:
@@ -51,43 +57,59 @@ def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: 
         raise ValidationFailed(f"rewritten request is not JSON: {exc}") from exc
     if len(original.messages) != len(rewritten.messages):
         raise ValidationFailed("message count changed")
-    changed = [
-        i
-        for i, (a, b) in enumerate(zip(original.messages, rewritten.messages, strict=True))
-        if a is not b
-    ]
-    before = [original.messages[i] for i in changed]
-    after = [rewritten.messages[i] for i in changed]
+    protected = protected_message_indexes(original)
+    for part in rewritten.edited_texts(()):  # the system parts: never edited
+        _check_text(original, part, protected)
+    # a message object shared with the original is unchanged: only the others can hold edits
+    for index, (before, after) in enumerate(
+        zip(original.messages, rewritten.messages, strict=True)
+    ):
+        if before is after:
+            continue
+        key = (index, index in protected)
+        passed = _PASSED.of(before)
+        if passed.get(key) is not after:
+            _check_message(original, index, before, after, protected)
+            passed[key] = after
+
+
+def _check_message(
+    original: Conversation, index: int, before: Message, after: Message, protected: frozenset[int]
+) -> None:
+    """The checks of one rewritten message (see module doc)."""
     if _skeleton(before) != _skeleton(after):
         raise ValidationFailed("message structure, tool ids or order changed")
-    protected = protected_message_indexes(original)
-    # a message object shared with the original is unchanged: only the others (and the
-    # system parts) can hold edits
-    for part in rewritten.edited_texts(after):
-        if not part.safety.editable:
-            raise ValidationFailed(f"edited a {part.safety} part", segment=str(part.path))
-        if not part.text:
-            raise ValidationFailed("edited text is empty", segment=str(part.path))
+    for part in after.text_parts():
+        if part.edited:
+            _check_text(original, part, protected)
+    for call in after.tool_calls:
+        if not call.edited:
+            continue
+        where = str(call.arguments_path)
+        if index in protected or call.arguments_path is None or not call.arguments:
+            raise ValidationFailed("edited protected tool-call arguments", segment=where)
         try:
-            before = _value_at(original.wire, part.path)
+            value = _value_at(original.wire, call.arguments_path)
         except (KeyError, IndexError, TypeError):
-            raise ValidationFailed("edited path not in original", segment=str(part.path)) from None
-        if not isinstance(before, str):
-            raise ValidationFailed("edited path is not text", segment=str(part.path))
-        if part.path[0] != original.messages_key or not isinstance(part.path[1], int):
-            raise ValidationFailed("edited text outside the messages", segment=str(part.path))
-        if part.path[1] in protected:
-            raise ValidationFailed("edited a protected message", segment=str(part.path))
-    for index, message in zip(changed, after, strict=True):
-        for call in message.tool_calls:
-            if not call.edited:
-                continue
-            where = str(call.arguments_path)
-            if index in protected or call.arguments_path is None or not call.arguments:
-                raise ValidationFailed("edited protected tool-call arguments", segment=where)
-            try:
-                before = _value_at(original.wire, call.arguments_path)
-            except (KeyError, IndexError, TypeError):
-                raise ValidationFailed("edited path not in original", segment=where) from None
-            if not isinstance(before, str):
-                raise ValidationFailed("edited arguments are not text", segment=where)
+            raise ValidationFailed("edited path not in original", segment=where) from None
+        if not isinstance(value, str):
+            raise ValidationFailed("edited arguments are not text", segment=where)
+
+
+def _check_text(original: Conversation, part: TextPart, protected: frozenset[int]) -> None:
+    """An edited text part: editable, not empty, a string of the original's messages,
+    outside the protected ones."""
+    if not part.safety.editable:
+        raise ValidationFailed(f"edited a {part.safety} part", segment=str(part.path))
+    if not part.text:
+        raise ValidationFailed("edited text is empty", segment=str(part.path))
+    try:
+        value = _value_at(original.wire, part.path)
+    except (KeyError, IndexError, TypeError):
+        raise ValidationFailed("edited path not in original", segment=str(part.path)) from None
+    if not isinstance(value, str):
+        raise ValidationFailed("edited path is not text", segment=str(part.path))
+    if part.path[0] != original.messages_key or not isinstance(part.path[1], int):
+        raise ValidationFailed("edited text outside the messages", segment=str(part.path))
+    if part.path[1] in protected:
+        raise ValidationFailed("edited a protected message", segment=str(part.path))
