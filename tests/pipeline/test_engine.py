@@ -477,3 +477,23 @@ def test_a_whole_request_fallback_is_what_the_next_request_extends(
             assert extends is not res.report["compaction_step"], turn
         previous = sent
     assert fell_back > 0
+
+
+def test_a_replica_reads_the_state_another_wrote_not_the_one_it_kept() -> None:
+    # each engine keeps the state it wrote last decoded; after another replica wrote
+    # the session's state, that one must be read (turns, ledger and decisions go on)
+    requests = _requests(SESSIONS[0])
+    reference = make_engine("balanced", FORCE)
+    store = MemoryStore()
+    a = make_engine("balanced", FORCE, store=store)
+    b = make_engine("balanced", FORCE, store=store)
+
+    def seen(engine: Engine, request: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+        result = engine.condense(request, session="s1")
+        report = {k: v for k, v in result.report.items() if k != "duration_ms"}
+        return dumps(result.request), report
+
+    expected = [seen(reference, r) for r in requests]
+    got = [seen(b if k % 3 == 2 else a, r) for k, r in enumerate(requests)]
+    assert got == expected
+    assert [report["session_turns"] for _, report in got] == list(range(1, len(requests) + 1))
