@@ -1,4 +1,4 @@
-"""Anthropic-style saving under three cache-entry models (not a test; a measurement).
+"""Anthropic-style saving under several cache-entry models (not a test; a measurement).
 
 ``ctxwarden replay`` reads from cache the longest message prefix a request shares with
 the previous one (A). That is OpenAI's automatic caching; an Anthropic client gets it
@@ -12,7 +12,12 @@ cached under 1,024 tokens) under:
   lookback limit or expiry: generous);
 - C: two breakpoints per request, the end and before the last message;
 - D: the client's breakpoint at the end plus one where the previous request ended,
-  which is what ctxwarden would add (a step rewrites what followed that point).
+  which is what ctxwarden would add (a step rewrites what followed that point);
+- E: D's breakpoints under Anthropic's lookback: an entry exists only where an earlier
+  request had a breakpoint, and a breakpoint reads one at most 20 content blocks
+  before it (a tool result or a tool call is one block);
+- F: E plus the breakpoint ctxwarden adds at a compaction step on the last message the
+  step kept (``with_step_breakpoint(request, report["step_start"])``).
 
 Tokens are counted with o200k (x1.05 for non-GPT models), 4 per message.
 
@@ -59,6 +64,20 @@ def mtok(m, scale):
     return n
 
 
+LOOKBACK = 20
+
+
+def blocks(m):
+    """Anthropic content blocks of a chat message (a tool result is one block)."""
+    n = len(m.get("tool_calls") or [])
+    c = m.get("content")
+    if isinstance(c, list):
+        n += len(c)
+    elif c:
+        n += 1
+    return max(n, 1)
+
+
 def key(m):
     return json.dumps(m, sort_keys=True)
 
@@ -71,16 +90,18 @@ def cost_w(tokens, cached):
 
 
 files = sorted(glob.glob(str(CORPUS / "*.json.gz")))[::every]
-tot = {(s, m): 0.0 for s in ("exact", "cond") for m in "ABCD"}
-worst = {m: (9, None) for m in "ABCD"}
+tot = {(s, m): 0.0 for s in ("exact", "cond") for m in "ABCDEF"}
+worst = {m: (9, None) for m in "ABCDEF"}
 for f in files:
     with gzip.open(f) as handle:
         d = json.load(handle)
     msgs, model = d["messages"], d.get("model") or ""
     scale = 1.0 if "gpt" in model.lower() else 1.05
     eng = Engine(EngineConfig(preset=preset, store=StoreConfig(backend="memory")))
-    sess = {(s, m): 0.0 for s in ("exact", "cond") for m in "ABCD"}
+    sess = {(s, m): 0.0 for s in ("exact", "cond") for m in "ABCDEF"}
     hist = {"exact": [], "cond": []}  # list of (keys tuple, cum tokens list)
+    entries = {"exact": {}, "cond": {}}  # E/F: (model, position) -> keys prefix written
+
     for k, m in enumerate(msgs):
         if m.get("role") != "assistant" or k == 0:
             continue
@@ -118,10 +139,51 @@ for f in files:
                             c = max(c, cum[L])
                         if "D" in into:
                             d_ = max(d_, cum[L])
-            for mm, cached in (("A", a), ("B", b), ("C", c), ("D", d_)):
+            # E: D's breakpoints with Anthropic's lookback (about 20 blocks before each
+            # breakpoint; an entry exists only where an earlier request had a breakpoint);
+            # F: E plus a breakpoint just before the first message a step rewrote
+            bcum = [0]
+            for x in req:
+                bcum.append(bcum[-1] + blocks(x))
+            prev_len = len(H[-1]) if H else 0
+            cut = None
+            if H:
+                i = 0
+                pk = H[-1]
+                while i < min(len(pk), len(keys)) and pk[i] == keys[i]:
+                    i += 1
+                if i < len(pk):
+                    cut = i
+            hits = {}
+            for mm, points in (
+                ("E", [len(keys), prev_len]),
+                ("F", [len(keys), prev_len] + ([cut] if cut else [])),
+            ):
+                best = 0
+                written = entries[side]
+                for p in points:
+                    if p <= 0:
+                        continue
+                    for (model_, q), pref in written.items():
+                        if model_ != mm or q > p or q > len(keys) or bcum[p] - bcum[q] > LOOKBACK:
+                            continue
+                        if cum[q] >= 1024 and pref == keys[:q]:
+                            best = max(best, cum[q])
+                hits[mm] = best
+                for p in points:
+                    if p > 0:
+                        written[(mm, p)] = keys[:p]
+            for mm, cached in (
+                ("A", a),
+                ("B", b),
+                ("C", c),
+                ("D", d_),
+                ("E", hits["E"]),
+                ("F", hits["F"]),
+            ):
                 sess[(side, mm)] += cost_w(total, cached)
             H.append(keys)
-    for mm in "ABCD":
+    for mm in "ABCDEF":
         for side in ("exact", "cond"):
             tot[(side, mm)] += sess[(side, mm)]
         sv = 1 - sess[("cond", mm)] / sess[("exact", mm)]
@@ -129,11 +191,11 @@ for f in files:
             worst[mm] = (sv, d["id"])
     print(
         f"{d['id'][:70]:70s} "
-        + " ".join(f"{mm}:{1 - sess[('cond', mm)] / sess[('exact', mm)]:+.1%}" for mm in "ABCD"),
+        + " ".join(f"{mm}:{1 - sess[('cond', mm)] / sess[('exact', mm)]:+.1%}" for mm in "ABCDEF"),
         flush=True,
     )
 print("sessions", len(files))
-for mm in "ABCD":
+for mm in "ABCDEF":
     print(
         mm,
         "total saving",

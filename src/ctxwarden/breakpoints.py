@@ -8,13 +8,15 @@ longer matches and the whole prompt would be written to the cache again.
 
 For a client that already caches, one breakpoint goes where the previous request of
 the session ended (the proxy adds it to its clients' requests; library callers pass
-``result.request`` to :func:`with_step_breakpoint`): on the last block of the message
-before the last assistant message (everything before it is the previous request). Each
-request then writes an entry there, and the next one, whose rewrite starts after it,
-reads it. The breakpoint is added only when the client set at least one itself (it opted
-into caching and its prices), when the request has room (Anthropic takes at most four),
-and on a block that takes one (not thinking blocks, not string content); it copies the
-client's own marker, so its TTL fits theirs.
+``result.request`` and ``result.report["step_start"]`` to :func:`with_step_breakpoint`):
+on the last block of the message before the last assistant message (everything before
+it is the previous request). Each request then writes an entry there, and the next one,
+whose rewrite starts after it, reads it. At a compaction step one more goes on the last
+message the step kept, since Anthropic looks back only about 20 blocks from a
+breakpoint for an earlier entry. A breakpoint is added only when the client set at
+least one itself (it opted into caching and its prices), when the request has room
+(Anthropic takes at most four), and on a block that takes one (not thinking blocks, not
+string content); it copies the client's own marker, so its TTL fits theirs.
 """
 
 from __future__ import annotations
@@ -56,9 +58,18 @@ def _message_markers(messages: list[Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def with_step_breakpoint(request: dict[str, Any]) -> dict[str, Any] | None:
-    """``request`` with a breakpoint where the previous request ended, or ``None`` when
-    none is added (see module docstring). The request itself is not modified."""
+def with_step_breakpoint(
+    request: dict[str, Any], step_start: int | None = None
+) -> dict[str, Any] | None:
+    """``request`` with breakpoints where the previous request ended and, after a
+    compaction step, before the first message it rewrote; ``None`` when none is added
+    (see module docstring). The request itself is not modified.
+
+    ``step_start`` is the engine's ``report["step_start"]``. Anthropic looks for an
+    earlier cache entry only about 20 blocks back from a breakpoint, and a step's
+    rewrite may start further back than that from the previous request's end; the
+    breakpoint before it reads the prefix the step kept. With room for one breakpoint
+    only, that one goes first (at a step the previous end's entry cannot be read)."""
     messages = request.get("messages")
     if not isinstance(messages, list):
         return None
@@ -72,7 +83,22 @@ def with_step_breakpoint(request: dict[str, Any]) -> dict[str, Any] | None:
     )
     if not last_assistant:  # none, or the first message: no earlier request to mark
         return None
-    target = messages[last_assistant - 1]
+    wanted = [last_assistant - 1]
+    if step_start is not None and 1 <= step_start < last_assistant:
+        wanted.insert(0, step_start - 1)
+    out: dict[str, Any] | None = None
+    for index in wanted:
+        marked = _with_marker_on(out or request, index)
+        if marked is not None:
+            out = marked
+    return out
+
+
+def _with_marker_on(request: dict[str, Any], index: int) -> dict[str, Any] | None:
+    """``request`` with a breakpoint on the last block of message ``index``, or
+    ``None`` when it takes none there (see module docstring)."""
+    messages = request["messages"]
+    target = messages[index]
     content = target.get("content") if isinstance(target, dict) else None
     if not isinstance(content, list) or not content:
         return None
@@ -85,10 +111,10 @@ def with_step_breakpoint(request: dict[str, Any]) -> dict[str, Any] | None:
     before = [
         *(m for tool in (tools if isinstance(tools, list) else ()) for m in _marker(tool)),
         *_block_markers(request.get("system")),
-        *_message_markers(messages[:last_assistant]),
+        *_message_markers(messages[: index + 1]),
     ]
     # a request-level marker (automatic caching) takes a slot and marks the end
-    after = [*_message_markers(messages[last_assistant:]), *_marker(request)]
+    after = [*_message_markers(messages[index + 1 :]), *_marker(request)]
     if not before + after or len(before) + len(after) >= MAX_BREAKPOINTS:
         return None
     # the TTL of the client's next marker (else its previous one): TTLs must not grow
@@ -96,5 +122,4 @@ def with_step_breakpoint(request: dict[str, Any]) -> dict[str, Any] | None:
     like = after[0] if after else before[-1]
     marked = {**block, "cache_control": dict(like)}
     new_target = {**target, "content": [*content[:-1], marked]}
-    new_messages = [*messages[: last_assistant - 1], new_target, *messages[last_assistant:]]
-    return {**request, "messages": new_messages}
+    return {**request, "messages": [*messages[:index], new_target, *messages[index + 1 :]]}

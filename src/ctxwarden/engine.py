@@ -245,6 +245,7 @@ def _zero_counters() -> dict[str, Any]:
     return {
         "rewritten": False,
         "compaction_step": False,
+        "step_start": None,
         "fallback_reason": None,
         "transforms": {},
         "rollbacks": 0,

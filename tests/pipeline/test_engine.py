@@ -497,3 +497,22 @@ def test_a_replica_reads_the_state_another_wrote_not_the_one_it_kept() -> None:
     got = [seen(b if k % 3 == 2 else a, r) for k, r in enumerate(requests)]
     assert got == expected
     assert [report["session_turns"] for _, report in got] == list(range(1, len(requests) + 1))
+
+
+@pytest.mark.parametrize("session", SESSIONS[:2], ids=lambda p: p.name[:40])
+def test_step_start_names_the_first_message_a_step_rewrote(session: Path) -> None:
+    engine = make_engine("balanced", FORCE)
+    previous: list[Any] | None = None
+    steps = 0
+    for turn in _requests(session):
+        result = engine.condense(turn, session="s1")
+        sent, start = result.request["messages"], result.report["step_start"]
+        if result.report["compaction_step"]:
+            assert previous is not None and start is not None
+            assert sent[:start] == previous[:start] and sent[start] != previous[start]
+            steps += 1
+        else:
+            assert start is None
+            assert previous is None or sent[: len(previous)] == previous
+        previous = sent
+    assert steps > 0

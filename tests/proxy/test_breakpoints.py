@@ -108,3 +108,48 @@ def test_library_callers_get_the_same_breakpoint() -> None:
     request = _turns()
     assert ctxwarden.with_step_breakpoint(request) == with_step_breakpoint(request)
     assert ctxwarden.with_step_breakpoint(request) != request
+
+
+def _longer() -> dict[str, Any]:
+    """Four exchanges; the client marks the end."""
+    request = _turns(None)
+    for k in (3, 4):
+        request["messages"][-1]["content"][0]["content"] = f"out {k - 1}"
+        request["messages"] += [
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": f"t{k}", "name": "bash", "input": {"cmd": "ls"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"t{k}", "content": f"out {k}"}]},
+        ]  # fmt: skip
+    request["messages"][-1]["content"][0]["cache_control"] = EPHEMERAL
+    return request
+
+
+def _marked(request: dict[str, Any]) -> list[int]:
+    """Indexes of the messages whose last block carries a breakpoint."""
+    return [
+        i
+        for i, m in enumerate(request["messages"])
+        if isinstance(m["content"], list) and "cache_control" in m["content"][-1]
+    ]
+
+
+def test_a_step_also_marks_the_last_message_it_kept() -> None:
+    request = _longer()  # messages 0..8; the previous request ended with message 6
+    marked = with_step_breakpoint(request, step_start=3)
+    assert marked is not None
+    assert _marked(marked) == [2, 6, 8]  # before the rewrite, the previous end, the client's
+    # no step, a step at the head, or a step past the previous end: no extra marker
+    for start in (None, 0, 7):
+        plain = with_step_breakpoint(request, step_start=start)
+        assert plain is not None and _marked(plain) == [6, 8]
+
+
+def test_with_room_for_one_the_step_marker_wins() -> None:
+    request = _longer()
+    request["system"] = [{"type": "text", "text": f"s{i}", "cache_control": EPHEMERAL}
+                         for i in range(2)]  # fmt: skip
+    marked = with_step_breakpoint(request, step_start=3)
+    assert marked is not None
+    assert "cache_control" in marked["messages"][2]["content"][-1]
+    assert "cache_control" not in marked["messages"][6]["content"][-1]

@@ -156,8 +156,12 @@ class Condenser:
             else self._sent_elements(exact_hashes, exact_tokens, view, applied, counter)
         )
         prev_sent = state.sent_hashes
-        report["compaction_step"] = bool(prev_sent) and (
-            common_prefix(prev_sent, sent_hashes) < len(prev_sent)
+        kept_prefix = common_prefix(prev_sent, sent_hashes)
+        report["compaction_step"] = bool(prev_sent) and kept_prefix < len(prev_sent)
+        # the first message the step rewrote (element 0 is the head): what precedes it
+        # is the previous request's, so a cache breakpoint there still reads
+        report["step_start"] = (
+            kept_prefix - 1 if report["compaction_step"] and kept_prefix > 0 else None
         )
         self._record_sent(state, exact_hashes, exact_tokens, sent_hashes, sent_tokens, pricing)
         state.decisions = dict(kept.values())  # frozen decisions stay as adopted
