@@ -57,6 +57,7 @@ async def test_header_mode_and_canary_out_are_logged(make_proxy: ProxyFactory) -
             results[expect] = True
         assert set(results) == {"canary_in", "canary_out"}
         assert await _send(proxy.url, _chat("x"), **{"x-ctxwarden-mode": "shadow"}) == 200
+        await proxy.state.drain()  # a shadow request's event waits for its condense
         assert proxy.recorder.events[-1]["rollout_reason"] == "header"
         assert proxy.recorder.events[-1]["mode"] == "shadow"
         # a derived session (no header) also buckets the same way every time
@@ -71,6 +72,7 @@ async def test_shadow_mode_sends_the_original_bytes(make_proxy: ProxyFactory) ->
         body = b'{"model":"gpt-4o",  "messages":[{"role":"user","content":"hi"}]}'
         assert await _send(proxy.url, body) == 200
         assert proxy.fake.received[-1].body == body
+        await proxy.state.drain()  # a shadow request's event waits for its condense
         event = proxy.recorder.last(route="chat")
         assert event["mode"] == "shadow" and event["tokens_before"] > 0
 

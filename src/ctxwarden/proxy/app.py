@@ -47,6 +47,10 @@ __all__ = ["ADMIN_PATH", "build_app"]
 ADMIN_PATH = "/_ctxwarden/kill-switch"
 _log = logging.getLogger("ctxwarden.proxy")
 
+_DRAIN_SECONDS = 5.0
+"""On shutdown, background work (shadow condenses) gets this long to end; what is
+still running then is cancelled (its request's event is emitted without it)."""
+
 
 def build_app(
     engine: Engine,
@@ -103,6 +107,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await asyncio.get_running_loop().run_in_executor(state.executor, _warm_up, state.engine)
     collector = asyncio.create_task(_collect_garbage(state)) if s.gc_interval > 0 else None
     yield
+    await state.drain(_DRAIN_SECONDS)
     if collector is not None:
         collector.cancel()
         with contextlib.suppress(asyncio.CancelledError):

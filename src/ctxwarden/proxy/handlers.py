@@ -15,6 +15,13 @@ canary-out / fallback -> offer the recall tool when the outgoing request holds
 references or offers tools of its own (an agent: from its first turn, so its tool list
 never changes) -> relay. Any failure of ctxwarden itself sends the original bytes; only
 the upstream decides whether a request fails.
+
+Shadow work never delays the client: when the mode is shadow before condensing (the
+server mode, or an ``x-ctxwarden-mode: shadow`` header), the original is relayed at
+once while a tracked background task (:meth:`ProxyState.spawn`) condenses it for the
+event, which is emitted once both are done. A canary-out session is shadow too, but
+its side is decided on the engine thread with the condense (bucketing may parse the
+request), so it keeps the order of an active request: condense, then relay.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -159,7 +168,18 @@ async def _run(
         status = 499
         raise
     finally:
+        record.ended = time.perf_counter()
+        _emit(state, record, status)
+
+
+def _emit(state: ProxyState, record: RequestRecord, status: int) -> None:
+    """Emit the request's event now, or when its shadow condense ends (a done callback:
+    it runs whether the task finished, failed or was cancelled, even before it began)."""
+    shadow = record.shadow
+    if shadow is None or shadow.done():
         state.telemetry.emit(record.event(status))
+        return
+    shadow.add_done_callback(lambda _task: state.telemetry.emit(record.event(status)))
 
 
 async def handle_forward(request: web.Request) -> web.StreamResponse:
@@ -262,6 +282,9 @@ async def _condensed(
     session = request.headers.get("x-ctxwarden-session") or None
     # recall answers a stored response the client continues still owes (see owed.py)
     owed = await owed_for(state, tenant, parsed) if api == "openai.responses" else []
+    if quick.mode == "shadow":  # known before condensing: the client does not wait for it
+        job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant)
+        return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
     loop = asyncio.get_running_loop()
     try:
         outcome = await loop.run_in_executor(
@@ -274,16 +297,9 @@ async def _condensed(
         # shadow (a canary-out session too) is transparent: the upstream judges it
         outcome = exc.decision, None, f"malformed request at {exc.error.pointer or '/'}"
     decision, result, failure = outcome
-    record.mode = decision.mode
-    record.set(
-        rollout_reason=decision.reason,
-        canary_bucket=decision.bucket,
-        canary_percent=state.settings.canary_percent,
-        stream=bool(parsed.get("stream")),
-    )
+    _note_decision(record, state, decision, parsed)
     if failure is not None or result is None:
-        record.level = "error"
-        record.set(fallback_reason=f"proxy: {failure}", fallbacks=1)
+        _note_failure(record, failure)
         if owed:
             ex.decoded = ex.server_decoded or decoded.coded
             return await relay(ex, orjson.dumps(settle(parsed, owed)), record)
@@ -295,7 +311,7 @@ async def _condensed(
         outgoing = result.request
         out = orjson.dumps(outgoing)
     if decision.mode == "active" and api == "anthropic.messages":
-        marked = with_step_breakpoint(outgoing)
+        marked = with_step_breakpoint(outgoing, report.get("step_start"))
         if marked is not None:  # the next step's rewrite then starts after a cache entry
             outgoing = marked
             out = orjson.dumps(outgoing)
@@ -323,6 +339,94 @@ async def _condensed(
         ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
     return await relay(ex, out, record)
+
+
+def _note_decision(
+    record: RequestRecord, state: ProxyState, decision: Decision, parsed: dict[str, Any]
+) -> None:
+    record.mode = decision.mode
+    record.set(
+        rollout_reason=decision.reason,
+        canary_bucket=decision.bucket,
+        canary_percent=state.settings.canary_percent,
+        stream=bool(parsed.get("stream")),
+    )
+
+
+def _note_failure(record: RequestRecord, failure: str | None) -> None:
+    record.level = "error"
+    record.set(fallback_reason=f"proxy: {failure}", fallbacks=1)
+
+
+SHADOW_BACKLOG = 64
+"""Shadow condenses pending at most: past it a shadow request is relayed without one.
+The client no longer waits for them (the back-pressure it gave), and they share the
+one engine thread with active requests."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ShadowJob:
+    """What a shadow request's condense needs (the arguments of :func:`_condense_sync`)."""
+
+    parsed: dict[str, Any]
+    api: str
+    session: str | None
+    wanted: Mode | None
+    server_mode: Mode
+    tenant: str
+
+
+async def _shadow_first(
+    ex: Exchange, record: RequestRecord, job: _ShadowJob, quick: Decision, raw: bytes,
+    coded: bool, owed: list[Any],
+) -> web.StreamResponse:  # fmt: skip
+    """Relay what a shadow request sends (the original bytes; a Responses continuation
+    with what its stored response owes before its input) at once, and condense on the
+    engine thread meanwhile, for the event only (:func:`_shadow_condense`, tracked on
+    the state: it outlives the handler when the answer comes first, a client that goes
+    away included). ``_run`` emits the event when both are done; its times end with
+    the client's exchange."""
+    state = ex.state
+    _note_decision(record, state, quick, job.parsed)
+    if len(state.background) < SHADOW_BACKLOG:
+        record.shadow = state.spawn(_shadow_condense(state, record, job))
+    else:  # the engine thread is behind: this request's shadow fields are skipped
+        _note_failure(record, f"limit: {SHADOW_BACKLOG} shadow condenses pending")
+    outgoing = settle(job.parsed, owed) if owed else job.parsed
+    if outgoing is job.parsed:
+        return await relay(ex, raw, record)
+    out = orjson.dumps(outgoing)
+    record.set(bytes_after=len(out))
+    # a body ctxwarden wrote goes out plain: the client's coding is dropped
+    ex.decoded = ex.server_decoded or coded
+    return await relay(ex, out, record)
+
+
+async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _ShadowJob) -> None:
+    """A shadow request's condense: fills in ``record`` (the rollout decision and the
+    engine's report) and nothing else; never raises except when cancelled, so what
+    the engine does, fails or returns never reaches the client."""
+    loop = asyncio.get_running_loop()
+    try:
+        try:
+            decision, result, failure = await loop.run_in_executor(
+                state.executor, _condense_sync, state, job.parsed, job.api, job.session,
+                job.wanted, job.server_mode, job.tenant,
+            )  # fmt: skip
+        except _Malformed as exc:  # forwarded as sent: the upstream judges it
+            decision, result = exc.decision, None
+            failure = f"malformed request at {exc.error.pointer or '/'}"
+        _note_decision(record, state, decision, job.parsed)
+        if failure is not None or result is None:
+            _note_failure(record, failure)
+            return
+        report = result.report
+        if not isinstance(report, dict):
+            raise TypeError(f"report is a {type(report).__name__}")
+        _report_fields(record, report)
+    except Exception as exc:  # a broken shadow result costs its event fields, no more
+        _log.error("shadow condense failed: %s", type(exc).__name__)
+        _note_failure(record, type(exc).__name__)
 
 
 def _uses_tools(request: dict[str, Any]) -> bool:

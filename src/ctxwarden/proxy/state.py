@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +22,8 @@ from ctxwarden.telemetry import Fanout, ProxyMetrics
 
 __all__ = ["STATE", "ProxyState", "RequestRecord"]
 
+_log = logging.getLogger("ctxwarden.proxy")
+
 
 @dataclass(slots=True)
 class ProxyState:
@@ -27,6 +32,11 @@ class ProxyState:
     ``executor`` has ONE thread: engine calls (CPU work and blocking store I/O) are
     serialized there, so the engine need not be thread-safe and the event loop keeps
     streaming other responses while a large request is condensed.
+
+    ``background`` holds the tasks that outlive their request (a shadow request's
+    condense, see :func:`ctxwarden.proxy.handlers.handle_condensed`): each leaves the
+    set when done, and app cleanup drains them (:meth:`drain`), so none is destroyed
+    pending.
     """
 
     engine: Engine
@@ -40,6 +50,31 @@ class ProxyState:
     bodies_as_sent: bool = False
     """The server hands request bodies over as sent, codings and all (``RunningServer``
     sets it when it turns aiohttp's ``auto_decompress`` off)."""
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``work`` as a tracked background task (see ``background``)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("background task failed: %s", type(task.exception()).__name__)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait for the background tasks, at most ``timeout`` seconds (``None``: as
+        long as they take); those still pending then are cancelled and awaited."""
+        pending = set(self.background)
+        if not pending:
+            return
+        _done, pending = await asyncio.wait(pending, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)  # outcomes are read in ``_finished``
 
     @property
     def client(self) -> Upstream:
@@ -67,6 +102,11 @@ class RequestRecord:
     first_upstream_ms: float | None = None
     level: str = "info"
     cut_status: int | None = None
+    ended: float | None = None
+    """When the client's exchange ended (the event's times end there, not when it is
+    emitted)."""
+    shadow: asyncio.Task[None] | None = None
+    """A shadow condense still filling in this record: the event waits for it."""
 
     def set(self, **values: Any) -> None:
         self.fields.update(values)
@@ -89,7 +129,8 @@ class RequestRecord:
         self.upstream_seconds += seconds
 
     def event(self, status: int) -> dict[str, Any]:
-        total = time.perf_counter() - self.started
+        end = time.perf_counter() if self.ended is None else self.ended
+        total = end - self.started
         out: dict[str, Any] = {
             "event": "request",
             "level": self.level,
