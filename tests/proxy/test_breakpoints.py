@@ -9,7 +9,7 @@ import anthropic
 import pytest
 
 from ctxwarden.breakpoints import with_step_breakpoint
-from tests.proxy.conftest import KEY_A, Proxy
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
 
 EPHEMERAL = {"type": "ephemeral"}
 
@@ -153,3 +153,57 @@ def test_with_room_for_one_the_step_marker_wins() -> None:
     assert marked is not None
     assert "cache_control" in marked["messages"][2]["content"][-1]
     assert "cache_control" not in marked["messages"][6]["content"][-1]
+
+
+def _unmarked(message: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(message)
+    if isinstance(out["content"], list):
+        for block in out["content"]:
+            block.pop("cache_control", None)
+    return out
+
+
+async def test_the_proxy_marks_the_last_message_a_step_kept(make_proxy: ProxyFactory) -> None:
+    from tests.passes.convo import FORCE, make_engine
+
+    # outputs stay whole while in the recency budget (about four of them), so each
+    # step rewrites an output four exchanges behind the previous request's end
+    engine = make_engine("balanced", {**FORCE, "recency_tokens": 5000})
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing tests."}]
+    step_marks = 0
+    async with make_proxy(engine) as proxy:
+        client = anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0)
+        async with client:
+            previous: list[dict[str, Any]] | None = None
+            for k in range(30):
+                # the same file read twice: the later read supersedes the earlier one,
+                # a rewrite far behind the previous request's end
+                command = "cat src/app.py" if k in (1, 8) else f"pytest tests/test_{k}.py"
+                lines = "\n".join(f"line {i} of {command} output {k}" for i in range(80))
+                messages += [
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{k}",
+                     "name": "bash", "input": {"command": command}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{k}",
+                     "content": lines, "cache_control": EPHEMERAL}]},
+                ]  # fmt: skip
+                if len(messages) > 3:  # the client marks only its newest message
+                    del messages[-3]["content"][-1]["cache_control"]
+                await client.messages.create(
+                    model="claude-fake-model", max_tokens=100, messages=messages
+                )
+                sent = proxy.fake.received[-1].json()["messages"]
+                plain = [_unmarked(m) for m in sent]
+                if previous is not None:
+                    start = next(
+                        (
+                            i
+                            for i, (a, b) in enumerate(zip(previous, plain, strict=False))
+                            if a != b
+                        ),
+                        None,
+                    )
+                    if start is not None and start < len(previous) - 2:  # a step far back
+                        assert "cache_control" in sent[start - 1]["content"][-1]
+                        step_marks += 1
+                previous = plain
+    assert step_marks > 0
