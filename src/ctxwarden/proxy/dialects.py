@@ -182,11 +182,17 @@ class ResponsesDialect:
     hide = staticmethod(hide_recall_tool)
 
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Not for a ``background`` response (polled later: nobody would answer a recall
+        call) nor one in a ``conversation`` (OpenAI appends each request's input and
+        output to the conversation: a continuation round would add the input and the
+        earlier rounds' items again, and a recall call left for the next turn would
+        stay unanswered in it); not when the request has as many tools as OpenAI
+        allows."""
         # strict: false said outright: Responses function tools may default to strict,
         # which would refuse a schema with an optional property (a 400 for every request)
         spec = {"type": "function", "name": RECALL_TOOL_NAME, "description": tool_description,
                 "parameters": tool_parameters, "strict": False}  # fmt: skip
-        if request.get("background"):  # polled later: nobody would answer a recall call
+        if request.get("background") or request.get("conversation"):
             return None
         return _append_named_tool(request, spec, limit=MAX_TOOLS)
 

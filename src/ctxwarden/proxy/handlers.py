@@ -14,7 +14,10 @@ the engine thread, send the rewrite in active mode or the original bytes in shad
 canary-out / fallback -> offer the recall tool when the outgoing request holds
 references or offers tools of its own (an agent: from its first turn, so its tool list
 never changes) -> relay. Any failure of ctxwarden itself sends the original bytes; only
-the upstream decides whether a request fails.
+the upstream decides whether a request fails. The one exception to "the original
+bytes": a Responses request continuing a stored response that still owes recall
+answers gets them before its input on every path that can read its body, exact mode
+included (:mod:`ctxwarden.proxy.owed`).
 
 Shadow work never delays the client: when the mode is shadow before condensing (the
 server mode, or an ``x-ctxwarden-mode: shadow`` header), the original is relayed at
@@ -27,6 +30,7 @@ request), so it keeps the order of an active request: condense, then relay.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -40,14 +44,14 @@ from aiohttp import web
 
 from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import Mode
-from ctxwarden.errors import MalformedRequest
+from ctxwarden.errors import MalformedRequest, StoreError
 from ctxwarden.io import may_hold_wide_integer
-from ctxwarden.proxy.bodies import decode_body
+from ctxwarden.proxy.bodies import DecodedBody, decode_body
 from ctxwarden.proxy.dialects import DIALECTS
-from ctxwarden.proxy.owed import owed_for, settle
+from ctxwarden.proxy.owed import owed_for, settle, stored
 from ctxwarden.proxy.recall import REF_BYTES
 from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
-from ctxwarden.proxy.rollout import Decision, canary_key, decide, header_mode
+from ctxwarden.proxy.rollout import Decision, canary_key, canary_name, decide, header_mode
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
 from ctxwarden.proxy.state import STATE, ProxyState, RequestRecord
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -250,38 +254,42 @@ async def _condensed(
     server_mode: Mode = state.settings.mode or state.engine.config.mode
     quick = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
                    canary_percent=100, session=None)  # fmt: skip
+    tenant = state.tenants.for_headers(request.headers)
     if quick.mode == "exact":
         record.mode = "exact"
         record.set(rollout_reason=quick.reason)
-        return await relay(ex, raw, record)
-    coding = None if ex.server_decoded else request.headers.get("Content-Encoding")
-    limit = state.settings.max_body_bytes
-    if coding and len(raw) > _INLINE_PARSE_BYTES:  # inflating it would stall other streams
-        decoded = await asyncio.to_thread(decode_body, raw, coding, limit)
-    else:
-        decoded = decode_body(raw, coding, limit)
-    if decoded.data is None:
+        if api != "openai.responses":
+            return await relay(ex, raw, record)
+        # a Responses continuation still gets what the response it continues owes
+        decoded = await _decode(ex, raw, state.settings.max_body_bytes)
+        return await _as_sent(ex, record, tenant, raw, decoded, stdlib=False)
+    decoded = await _decode(ex, raw, state.settings.max_body_bytes)
+    if decoded.data is None:  # forwarded as sent, owed items or not (see owed.py)
         record.set(fallback_reason=f"proxy: {decoded.reason}", fallbacks=1)
         return await relay(ex, raw, record)
     body = decoded.data
     record.set(bytes_before=len(body), bytes_after=len(body))
+    responses = api == "openai.responses"
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         if not await _stdlib_parses_object(body):
             return _error(family, 400, f"request body is not valid JSON: {exc}", param="")
         record.set(fallback_reason=_STDLIB_ONLY, fallbacks=1)
+        if responses:
+            return await _as_sent(ex, record, tenant, raw, decoded, stdlib=True)
         return await relay(ex, raw, record)
     if not isinstance(parsed, dict):
         return _error(family, 400, "request body must be a JSON object at /", param="")
     if may_hold_wide_integer(body) and await _has_wide_integer(body):
         # orjson reads an integer past 64 bits as a float: a rewrite would change it
         record.set(fallback_reason=_WIDE_INTEGER, fallbacks=1)
+        if responses:
+            return await _as_sent(ex, record, tenant, raw, decoded, stdlib=True)
         return await relay(ex, raw, record)
-    tenant = state.tenants.for_headers(request.headers)
     session = request.headers.get("x-ctxwarden-session") or None
     # recall answers a stored response the client continues still owes (see owed.py)
-    owed = await owed_for(state, tenant, parsed) if api == "openai.responses" else []
+    owed = await owed_for(state, tenant, parsed) if responses else []
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
         job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant)
         return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
@@ -298,6 +306,8 @@ async def _condensed(
         outcome = exc.decision, None, f"malformed request at {exc.error.pointer or '/'}"
     decision, result, failure = outcome
     _note_decision(record, state, decision, parsed)
+    if decision.key is not None and responses and stored(parsed):
+        ex.canary = (tenant, decision.key)  # kept under the id of the answer (rollout.py)
     if failure is not None or result is None:
         _note_failure(record, failure)
         if owed:
@@ -338,6 +348,55 @@ async def _condensed(
     if out is body:
         ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
+    return await relay(ex, out, record)
+
+
+async def _decode(ex: Exchange, raw: bytes, limit: int) -> DecodedBody:
+    """``raw`` read through its ``Content-Encoding`` (see :mod:`.bodies`)."""
+    coding = None if ex.server_decoded else ex.request.headers.get("Content-Encoding")
+    if coding and len(raw) > _INLINE_PARSE_BYTES:  # inflating it would stall other streams
+        return await asyncio.to_thread(decode_body, raw, coding, limit)
+    return decode_body(raw, coding, limit)
+
+
+async def _as_sent(
+    ex: Exchange, record: RequestRecord, tenant: str, raw: bytes, decoded: DecodedBody,
+    *, stdlib: bool,
+) -> web.StreamResponse:  # fmt: skip
+    """Forward ``raw`` as the client sent it (a Responses request ctxwarden does not
+    condense: exact mode, JSON only the stdlib reads, an integer past 64 bits) - unless
+    it continues a stored response that still owes recall answers (:mod:`.owed`): then
+    its body with them before its input, nothing else changed (``stdlib``: read and
+    written by Python's ``json``, which keeps wide integers and lone surrogates). The
+    store is read only for a request naming a ``previous_response_id``; a body that
+    could not be decoded goes as sent."""
+    body = decoded.data
+    if body is None or b"previous_response_id" not in body:
+        return await relay(ex, raw, record)
+    parsed: Any = None
+    if not stdlib:
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            stdlib = True
+    if stdlib:
+        parsed = await _stdlib_load(body)
+    if not isinstance(parsed, dict):  # the upstream judges it
+        return await relay(ex, raw, record)
+    owed = await owed_for(ex.state, tenant, parsed)
+    if not owed:
+        return await relay(ex, raw, record)
+    if not stdlib and may_hold_wide_integer(body) and await _has_wide_integer(body):
+        parsed, stdlib = await _stdlib_load(body), True
+        if not isinstance(parsed, dict):
+            return await relay(ex, raw, record)
+    settled = settle(parsed, owed)
+    if settled is parsed:
+        return await relay(ex, raw, record)
+    out = await _stdlib_dump(settled) if stdlib else orjson.dumps(settled)
+    record.set(bytes_after=len(out))
+    # a body ctxwarden wrote goes out plain: the client's coding is dropped
+    ex.decoded = ex.server_decoded or decoded.coded
     return await relay(ex, out, record)
 
 
@@ -479,6 +538,34 @@ async def _stdlib_reads(body: bytes, judge: Callable[[Any], bool]) -> bool:
     return await asyncio.to_thread(read)
 
 
+async def _stdlib_load(body: bytes) -> Any:
+    """``body`` as Python's ``json`` reads it; ``None`` when it is not JSON."""
+
+    def read() -> Any:
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+
+    if len(body) <= _INLINE_PARSE_BYTES:
+        return read()
+    return await asyncio.to_thread(read)
+
+
+async def _stdlib_dump(value: Any) -> bytes:
+    """``value`` as Python's ``json`` writes it: integers exact, non-ASCII text as is
+    unless it holds a lone surrogate (then every non-ASCII character is escaped, as
+    such a client sent it). Large bodies are written off-loop."""
+
+    def write() -> bytes:
+        try:
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:
+            return json.dumps(value, separators=(",", ":")).encode()
+
+    return await asyncio.to_thread(write)
+
+
 async def _has_wide_integer(body: bytes) -> bool:
     """Whether ``body`` holds an integer past 64 bits, which orjson reads as a float."""
     return await _stdlib_reads(body, _wide)
@@ -522,10 +609,16 @@ def _condense_sync(
     decision: Decision | None = None
     try:
         key = session
-        if key is None and wanted is None and settings.canary_percent < 100:
-            key = canary_key(engine.parse(parsed, api))
+        bucketed = (
+            key is None and wanted is None and server_mode == "active"
+            and settings.canary_percent < 100 and not state.kill_switch.engaged
+        )  # fmt: skip
+        if bucketed:
+            key = _canary_key(state, parsed, api, tenant)
         decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
                           canary_percent=settings.canary_percent, session=key)  # fmt: skip
+        if bucketed and decision.bucket is not None:
+            decision = dataclasses.replace(decision, key=key)
         items = parsed.get("messages", parsed.get("input"))
         if isinstance(items, list) and len(items) > settings.max_messages:
             return decision, None, f"limit: {len(items)} messages > {settings.max_messages}"
@@ -537,6 +630,25 @@ def _condense_sync(
     except Exception as exc:  # ctxwarden must never fail a forwardable request
         _log.error("condense failed, sending the original: %s", type(exc).__name__)
         return decision or server_decision(), None, type(exc).__name__
+
+
+def _canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
+    """On the engine thread: the key a request without a session header is bucketed
+    by; for a Responses continuation the one remembered for the response it continues
+    (:mod:`.rollout`), else :func:`~ctxwarden.proxy.rollout.canary_key`."""
+    previous = parsed.get("previous_response_id") if api == "openai.responses" else None
+    if isinstance(previous, str) and previous:
+        try:
+            known = state.engine.store.get_state(tenant, canary_name(previous))
+        except StoreError as exc:
+            _log.error("could not read the canary key of a response: %s", exc)
+            known = None
+        if known:
+            try:
+                return known.decode()
+            except UnicodeDecodeError:
+                pass
+    return canary_key(state.engine.parse(parsed, api))
 
 
 def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:

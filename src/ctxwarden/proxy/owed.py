@@ -20,11 +20,22 @@ A streamed response keeps the id of the first round that showed the client anyth
 under that id ends in that round's recall calls and lacks the later rounds. Then what
 is owed is the rest of the turn as the continuations sent it: that round's recall
 answers, then each later round's output items and recall answers, the last round's
-items included, so the model sees what the client saw.
+items included, so the model sees what the client saw. It is kept as soon as it is
+known, after each round's recall answers (the whole list so far; a later round's
+write overwrites it with the fuller one), and the write runs to its end when the
+client goes away meanwhile: a stream the client stops, or a continuation that
+fails, leaves the stored response owing the answers up to where it stopped.
 
 A ``store: false`` response owes nothing (nothing was stored; the client replays what
-it saw). Requests in exact mode are forwarded as sent, owed items or not; in shadow
-mode (and after a fallback) the original gets them too.
+it saw). Every request the proxy can read gets what is owed, condensed or not: in
+shadow mode (and after a fallback) the original gets it, and so do the requests
+otherwise forwarded as sent - exact mode (kill switch, ``x-ctxwarden-mode: exact``),
+JSON only the stdlib parser reads, integers past 64 bits (those two read and written
+back by Python's ``json``, nothing else changed). The store is read only for a
+request naming a ``previous_response_id``; one that owes nothing goes out as its
+client sent it. A body the proxy cannot read is forwarded as sent, owed items or not
+(the upstream then refuses the continuation): one over ``max_body_bytes`` (streamed
+through) or in a ``Content-Encoding`` it does not decode.
 """
 
 from __future__ import annotations

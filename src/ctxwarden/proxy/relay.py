@@ -29,24 +29,32 @@ Contract:
   request continues the turn. Chat and Messages histories then simply lack the
   recall calls; a stored Responses response still holds them, so the proxy answers
   them and adds the answers to the request that continues it
-  (:mod:`ctxwarden.proxy.owed`).
+  (:mod:`ctxwarden.proxy.owed`). A stream keeps them as soon as each round's answers
+  are known, shielded from the handler's cancellation, so a client that leaves or a
+  continuation that fails does not leave a shown response owing an unkept answer.
+- With a canary split, the Responses id the client is shown keeps the canary key the
+  request was bucketed by (:meth:`Exchange.answered`, :mod:`ctxwarden.proxy.rollout`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ctxwarden.errors import StoreError
 from ctxwarden.proxy import owed
 from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
+from ctxwarden.proxy.rollout import canary_name
 from ctxwarden.proxy.sse import SSESplitter, Usage
 from ctxwarden.proxy.state import ProxyState, RequestRecord
 from ctxwarden.proxy.stream_filters import FILTERS, ResponsesFilter, StreamFilter
@@ -59,6 +67,9 @@ from ctxwarden.proxy.upstream import (
 )
 
 __all__ = ["ClientGone", "Exchange", "relay", "relay_with_recall"]
+
+_T = TypeVar("_T")
+_log = logging.getLogger("ctxwarden.proxy")
 
 
 class ClientGone(Exception):
@@ -77,6 +88,19 @@ class Exchange:
         self.decoded = self.server_decoded
         """Whether the body sent is one that was decoded or that ctxwarden wrote: the
         client's ``Content-Encoding`` then no longer describes it and is not sent."""
+        self.canary: tuple[str, str] | None = None
+        """``(tenant, canary key)`` to keep under the Responses id the client gets, for
+        the requests that continue it (:mod:`ctxwarden.proxy.rollout`)."""
+
+    def answered(self, response_id: Any) -> None:
+        """The client was shown ``response_id``: keep the canary key under it (once; in
+        a tracked background task, so the answer waits for no store and a client that
+        leaves does not stop the write)."""
+        if self.canary is None or not isinstance(response_id, str) or not response_id:
+            return
+        tenant, key = self.canary
+        self.canary = None
+        self.state.spawn(_remember_canary(self.state, tenant, response_id, key))
 
     def open(self, body: Body, length: int | None = None) -> Any:
         """The upstream request (an async context manager, see ``Upstream.open``)."""
@@ -84,6 +108,17 @@ class Exchange:
             self.request.method, self.url, self.request.headers, body,
             decoded=self.decoded, length=length,
         )  # fmt: skip
+
+
+async def _remember_canary(state: ProxyState, tenant: str, response_id: str, key: str) -> None:
+    loop = asyncio.get_running_loop()
+    name = canary_name(response_id)
+    try:
+        await loop.run_in_executor(
+            state.executor, state.engine.store.put_state, tenant, name, key.encode()
+        )
+    except StoreError as exc:  # the continuation is bucketed by its own text then
+        _log.error("could not keep the canary key of a response: %s", exc)
 
 
 def _is_sse(response: aiohttp.ClientResponse) -> bool:
@@ -146,8 +181,12 @@ async def relay(
         if not sse and _read_whole(ex.request, upstream):
             data = await _read(upstream)
             record.add_upstream(time.perf_counter() - started)
-            if upstream.content_type == "application/json" and b'"usage"' in data:
-                record.usage.observe(_loads(data))
+            json_answer = upstream.content_type == "application/json"
+            if json_answer and (b'"usage"' in data or ex.canary is not None):
+                obj = _loads(data)
+                record.usage.observe(obj)
+                if upstream.status == 200 and isinstance(obj, dict):
+                    ex.answered(obj.get("id"))
             headers = _plain_headers(ex.request, upstream)
             return web.Response(body=data, status=upstream.status, headers=headers)
         headers = response_headers(upstream.headers)
@@ -165,6 +204,8 @@ async def relay(
                 for event in splitter.feed(chunk):
                     if '"usage"' in event.data:
                         record.usage.observe(event.json())
+                    if ex.canary is not None and '"response.created"' in event.data:
+                        _created(ex, event.json())
         except (aiohttp.ClientError, TimeoutError) as exc:
             error = translate_read_error(exc)
             record.set(error_type=type(error).__name__)
@@ -175,6 +216,14 @@ async def relay(
         record.add_upstream(time.perf_counter() - started)
     await out.write_eof()
     return out
+
+
+def _created(ex: Exchange, obj: Any) -> None:
+    """A relayed ``response.created`` event: the client now knows the response id."""
+    if isinstance(obj, dict) and obj.get("type") == "response.created":
+        response = obj.get("response")
+        if isinstance(response, dict):
+            ex.answered(response.get("id"))
 
 
 async def _read(upstream: aiohttp.ClientResponse) -> bytes:
@@ -250,6 +299,7 @@ async def relay_with_recall(
         _add_round_usage(record, obj)
         result = dialect.find_calls(obj)
         if not result.calls:
+            ex.answered(obj.get("id"))
             hidden = dialect.hide(obj, asked)
             body_out = data if hidden is None else orjson.dumps(hidden)
             return web.Response(body=body_out, status=status, headers=headers)
@@ -257,6 +307,7 @@ async def relay_with_recall(
             if api == "openai.responses" and owed.stored(asked):
                 answers = await _answer(state, result, tenant, record)
                 await _owe(state, tenant, obj.get("id"), owed.outputs(answers), record)
+            ex.answered(obj.get("id"))
             stripped = dialect.strip(obj)
             return web.Response(
                 body=orjson.dumps(dialect.hide(stripped, asked) or stripped), headers=headers
@@ -328,7 +379,11 @@ async def _stream_loop(
                 if out is None:
                     out = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
                     await out.prepare(ex.request)
-                await _pump(upstream, flt, out, record)
+                try:
+                    await _pump(upstream, flt, out, record)
+                finally:  # the id the client was shown, if any, cut off or not
+                    if isinstance(flt, ResponsesFilter) and flt.announced():
+                        ex.answered(flt.response_id)
                 if rounds and (flt.errored or not flt.round_ended()):
                     # a continuation that failed or stopped short: never the previous
                     # round's ending, which would pass a truncated answer as complete
@@ -353,22 +408,59 @@ async def _stream_loop(
             debt += result.assistant or []  # a later round than the response the client sees
         if not result.calls or result.other_calls or rounds >= state.settings.max_recall_rounds:
             break
-        answers = await _answer(state, result, tenant, record)
-        if owing is not None and owing.announced():
-            debt += owed.outputs(answers)
+        answers = await _answer_owing(state, result, tenant, record, owing, debt)
         request = _continuation(dialect, request, result, answers, rounds, state)
         body = orjson.dumps(request)
         rounds += 1
         record.set(recall_rounds=rounds)
         flt.start_round()
     assert out is not None
+    if isinstance(flt, ResponsesFilter):  # nothing announced: the last round's id
+        ex.answered(flt.client_response_id())
     if owing is not None:
         if result.calls:  # stripped: answered for the next request
-            debt += owed.outputs(await _answer(state, result, tenant, record))
-        await _owe(state, tenant, owing.client_response_id(), debt, record)
+            await _answer_owing(state, result, tenant, record, owing, debt, last=True)
+        elif debt:  # the last round's items (its id was announced earlier)
+            await _shielded(state, _owe(state, tenant, owing.client_response_id(), debt, record))
     await _write(out, b"".join(flt.finish()))
     await out.write_eof()
     return out
+
+
+async def _answer_owing(
+    state: ProxyState, result: RoundResult, tenant: str, record: RequestRecord,
+    owing: ResponsesFilter | None, debt: list[Any], *, last: bool = False,
+) -> list[RecallAnswer]:  # fmt: skip
+    """Answer a streamed round's recall calls; once the client was shown a response id
+    (or in the ``last`` round, whose id the client then sees), add the answers to
+    ``debt`` and keep it as what that response owes at once, not after the last round:
+    a stream the client leaves or a continuation that fails must not leave the stored
+    response with a recall call nobody answers. Each write holds the whole debt so far
+    (a later one overwrites it with the fuller list), and it runs to its end when the
+    client goes away meanwhile (shielded from the handler's cancellation)."""
+
+    async def work() -> list[RecallAnswer]:
+        answers = await _answer(state, result, tenant, record)
+        if owing is not None and (last or owing.announced()):
+            debt.extend(owed.outputs(answers))
+            await _owe(state, tenant, owing.client_response_id(), debt, record)
+        return answers
+
+    if owing is None:
+        return await _answer(state, result, tenant, record)
+    return await _shielded(state, work())
+
+
+async def _shielded(state: ProxyState, work: Coroutine[Any, Any, _T]) -> _T:
+    """``work``, run to its end even when the awaiting handler is cancelled (a tracked
+    background task then finishes it, see :meth:`ProxyState.spawn`)."""
+    box: list[_T] = []
+
+    async def run() -> None:
+        box.append(await work)
+
+    await asyncio.shield(state.spawn(run()))
+    return box[0]
 
 
 async def _fail(

@@ -17,6 +17,13 @@ percentage puts exactly the buckets below it in).
 Without an ``x-ctxwarden-session`` header the key to bucket is :func:`canary_key`, not
 the engine's session key: that one covers the agent's first reply, so a session's
 first turn would bucket apart from its later turns.
+
+A Responses request that continues a stored response (``previous_response_id``)
+carries no history to hash: its key is the one the request that got that response
+was bucketed by, which the proxy keeps in the tenant's store under the response id
+it answered with (:func:`canary_name`; only while a canary split is configured), so
+every turn of the session stays on one side. An id the proxy does not know falls back
+to :func:`canary_key` of the request.
 """
 
 from __future__ import annotations
@@ -29,7 +36,15 @@ from ctxwarden.config import Mode
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import TextPart
 
-__all__ = ["Decision", "KillSwitch", "canary_bucket", "canary_key", "decide", "header_mode"]
+__all__ = [
+    "Decision",
+    "KillSwitch",
+    "canary_bucket",
+    "canary_key",
+    "canary_name",
+    "decide",
+    "header_mode",
+]
 
 _log = logging.getLogger("ctxwarden.proxy")
 _MODES: tuple[Mode, ...] = ("active", "shadow", "exact")
@@ -57,6 +72,10 @@ class Decision:
     mode: Mode
     reason: str
     bucket: int | None = None
+    key: str | None = None
+    """The :func:`canary_key` the request was bucketed by (``None`` when none was
+    needed, or when the client named its session): kept under the response id the
+    client gets, for the requests that continue it."""
 
 
 def _canary_number(session: str) -> int:
@@ -93,6 +112,16 @@ def canary_key(conversation: Conversation) -> str:
             for text in message.text_parts():
                 h.update(tag + text.text.encode())
     return "c-" + h.hexdigest()
+
+
+_CANARY_PREFIX = "\x00ctxwarden-canary:"
+"""Session names of remembered canary keys start with NUL, which no session header can
+hold."""
+
+
+def canary_name(response_id: str) -> str:
+    """The session-state name of the canary key remembered for ``response_id``."""
+    return _CANARY_PREFIX + response_id
 
 
 def header_mode(value: str | None) -> Mode | None:
