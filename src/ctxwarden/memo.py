@@ -1,65 +1,195 @@
 """Bounded memos for content that agents resend every turn.
 
-Derived values (a parsed message, a placeholder, a rewritten copy) are kept so a resent
-history costs lookups, not work. A memo that reaches its bound drops its oldest quarter:
-memory stays flat, and a miss only costs recomputing the value.
+Derived values (a parsed message, a placeholder, a rewritten copy, the signals of a
+text) are kept so a resent history costs lookups, not work. Every memo is bounded
+twice: by entries and by an estimate of the bytes its entries keep alive (the texts
+they hold and the values derived from them), so a proxy fed many large distinct
+outputs keeps flat memory. Past either bound the oldest entries (in insertion order)
+are dropped until it is back under three quarters of it: a working set a little over
+the bound keeps most of its hits, and a miss only costs recomputing the value.
 
 The bounds are sized for a proxy's working set, not one session's: a proxy serves many
 sessions at once and each request resends its whole history, so a memo must hold the
 live messages of all of them. With per-message memos of 4,096 entries, 150 sessions
 condensed in turn (as a proxy sees them) took twice the time of the same sessions one
 after the other, and their p95 went past 10 ms (``benchmarks/engine_overhead.py
---interleave``).
+--interleave``). Memos are shared by every engine of a process and safe to use from
+several threads.
 """
 
 from __future__ import annotations
 
-import itertools
-from typing import Generic, TypeVar
+import functools
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, ParamSpec, TypeVar
 
-__all__ = ["MESSAGE_MEMO_LIMIT", "TEXT_MEMO_LIMIT", "IdentityMemo", "remember"]
+__all__ = [
+    "MESSAGE_MEMO_BYTES",
+    "MESSAGE_MEMO_LIMIT",
+    "TEXT_MEMO_BYTES",
+    "TEXT_MEMO_LIMIT",
+    "BoundedMemo",
+    "IdentityMemo",
+    "footprint",
+    "text_memo",
+]
 
 MESSAGE_MEMO_LIMIT = 65_536
 """Entries of a per-message memo (a parsed, classified or rewritten message): the live
-messages of a few hundred concurrent sessions. An entry refers to the message's texts,
-which the token counter's memo keeps anyway."""
+messages of a few hundred concurrent sessions."""
+
+MESSAGE_MEMO_BYTES = 128 * 1024 * 1024
+"""Estimated bytes a per-message memo may keep alive."""
 
 TEXT_MEMO_LIMIT = 65_536
 """Entries of a per-text memo (signals of a text, a placeholder, a normalized text)."""
 
-K = TypeVar("K")
+TEXT_MEMO_BYTES = 32 * 1024 * 1024
+"""Estimated bytes a per-text memo may keep alive (its texts and their values)."""
+
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+D = TypeVar("D")
 Obj = TypeVar("Obj")
+P = ParamSpec("P")
+
+_OBJECT_BYTES = 56
+"""About what CPython spends on a small object (a string's header, a tuple slot...)."""
 
 
-def remember(memo: dict[K, V], key: K, value: V, limit: int) -> V:
-    """Store ``value`` under ``key`` and return it. When ``memo`` already holds
-    ``limit`` entries its oldest quarter (in insertion order) is dropped first: a
-    working set a little over the bound keeps most of its hits, which emptying the
-    whole memo would lose every time it fills."""
-    if len(memo) >= limit:
-        excess = len(memo) - limit + max(1, limit // 4)
-        for old in list(itertools.islice(memo, excess)):
-            del memo[old]
-    memo[key] = value
-    return value
+def footprint(value: Any) -> int:
+    """An estimate of the bytes ``value`` keeps alive: strings by length, containers by
+    their items (one level of nesting is followed), anything else as one object."""
+    if isinstance(value, str):
+        return _OBJECT_BYTES + len(value)
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return _OBJECT_BYTES + sum(
+            _OBJECT_BYTES + len(v) if isinstance(v, str) else footprint_flat(v) for v in value
+        )
+    return _OBJECT_BYTES
+
+
+def footprint_flat(value: Any) -> int:
+    """:func:`footprint` without following containers (their items as strings)."""
+    if isinstance(value, str):
+        return _OBJECT_BYTES + len(value)
+    if isinstance(value, tuple):
+        return _OBJECT_BYTES + sum(
+            _OBJECT_BYTES + (len(v) if isinstance(v, str) else 0) for v in value
+        )
+    return _OBJECT_BYTES
+
+
+class BoundedMemo(Generic[K, V]):
+    """A memo bounded by entries and by the bytes its entries keep alive (see module
+    doc); each entry's weight is given when it is stored. Thread-safe."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._data: dict[K, tuple[V, int]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: K, default: D) -> V | D:
+        entry = self._data.get(key)
+        return default if entry is None else entry[0]
+
+    def put(self, key: K, value: V, weight: int) -> V:
+        """Store ``value`` (keeping about ``weight`` bytes alive) and return it."""
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._data[key] = (value, weight)
+            self._bytes += weight
+            if len(self._data) > self.max_entries or self._bytes > self.max_bytes:
+                self._shrink()
+        return value
+
+    def _shrink(self) -> None:
+        entries, weight = 3 * self.max_entries // 4, 3 * self.max_bytes // 4
+        while self._data and (len(self._data) > entries or self._bytes > weight):
+            oldest = next(iter(self._data))
+            self._bytes -= self._data.pop(oldest)[1]
+
+    @property
+    def weight(self) -> int:
+        return self._bytes
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._bytes = 0
+
+
+_MISSING = object()
+
+
+def text_memo(
+    max_entries: int = TEXT_MEMO_LIMIT, max_bytes: int = TEXT_MEMO_BYTES
+) -> Callable[[Callable[P, V]], Callable[P, V]]:
+    """Memoize a function of a text (and other small hashable arguments) in a
+    :class:`BoundedMemo`; an entry weighs its arguments and its value
+    (:func:`footprint`)."""
+
+    def wrap(function: Callable[P, V]) -> Callable[P, V]:
+        memo: BoundedMemo[Any, V] = BoundedMemo(max_entries, max_bytes)
+
+        @functools.wraps(function)
+        def cached(*args: P.args, **kwargs: P.kwargs) -> V:
+            key: Any = args[0] if len(args) == 1 and not kwargs else (args, *sorted(kwargs.items()))
+            found = memo.get(key, _MISSING)
+            if found is not _MISSING:
+                return found  # type: ignore[return-value]
+            value = function(*args, **kwargs)
+            weight = sum(footprint(a) for a in (*args, *kwargs.values())) + footprint(value)
+            return memo.put(key, value, weight)
+
+        cached.memo = memo  # type: ignore[attr-defined]
+        return cached
+
+    return wrap
 
 
 class IdentityMemo(Generic[Obj, K, V]):
     """Values derived from an object, per object identity and a key: for immutable
     objects handed out again (a memoized parse returns the same message object). Each
     entry keeps its object alive, so an ``id`` is never reused while it is cached; at
-    most ``max_objects`` objects are kept."""
+    most ``max_objects`` objects, weighing at most ``max_bytes`` by ``weigh``."""
 
-    def __init__(self, max_objects: int) -> None:
-        self.max_objects = max_objects
-        self._entries: dict[int, tuple[Obj, dict[K, V]]] = {}
+    def __init__(
+        self,
+        max_objects: int,
+        max_bytes: int = MESSAGE_MEMO_BYTES,
+        weigh: Callable[[Obj], int] = lambda _obj: _OBJECT_BYTES,
+    ) -> None:
+        self._entries: BoundedMemo[int, tuple[Obj, dict[K, V]]] = BoundedMemo(
+            max_objects, max_bytes
+        )
+        self._weigh = weigh
+
+    @property
+    def max_objects(self) -> int:
+        return self._entries.max_entries
+
+    @max_objects.setter
+    def max_objects(self, value: int) -> None:
+        self._entries.max_entries = value
 
     def of(self, obj: Obj) -> dict[K, V]:
         """The values memoized for ``obj`` (an empty dict to fill the first time)."""
-        entry = self._entries.get(id(obj))
+        entry = self._entries.get(id(obj), None)
         if entry is None or entry[0] is not obj:
-            entry = remember(self._entries, id(obj), (obj, {}), self.max_objects)
+            # the values are derived copies sharing the object's texts: twice its weight
+            entry = self._entries.put(id(obj), (obj, {}), 2 * self._weigh(obj))
         return entry[1]
 
     def __len__(self) -> int:

@@ -10,13 +10,12 @@ keep visible so the agent can still find what an old output mentioned.
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
 import orjson
 
-from ctxwarden.memo import TEXT_MEMO_LIMIT
+from ctxwarden.memo import text_memo
 
 __all__ = [
     "argument_error_lines",
@@ -118,7 +117,7 @@ def _candidate_line_starts(text: str) -> list[int]:
     return sorted(starts)
 
 
-@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
+@text_memo()
 def _error_lines(text: str, limit: int | None) -> tuple[str, ...]:
     """Same result as testing each line alone with :func:`is_error_line`: the lines
     holding a keyword are tested in order, each distinct hit kept once."""
@@ -135,7 +134,7 @@ def _error_lines(text: str, limit: int | None) -> tuple[str, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
+@text_memo()
 def argument_error_lines(arguments: str) -> frozenset[str]:
     """The error lines of tool-call arguments, read inside their JSON string values (a
     script written through a call keeps its lines there); non-JSON text as it is."""
@@ -163,7 +162,7 @@ _PATH_RE = re.compile(
 )
 
 
-@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
+@text_memo()
 def distinctive_set(text: str) -> frozenset[str]:
     """The distinctive strings of ``text`` as a set (memoized by content)."""
     return frozenset(_distinctive_tuple(text))
@@ -185,7 +184,7 @@ def distinctive_strings(text: str) -> list[str]:
     return list(_distinctive_tuple(text))
 
 
-@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
+@text_memo()
 def _distinctive_tuple(text: str) -> tuple[str, ...]:
     out: list[str] = []
     seen: set[str] = set()  # every word judged so far, kept or not
@@ -250,7 +249,7 @@ def _numbered_word_as_number(word: str) -> str:
     return m.group(1) if m else word
 
 
-@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
+@text_memo()
 def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
     """The distinctive strings of ``text`` with an estimate of how likely the agent is
     to need each one later, best first (ties keep first-seen order).
@@ -291,13 +290,13 @@ def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(scored)
 
 
-@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
+@text_memo()
 def paths_in(text: str) -> frozenset[str]:
     """File paths (and bare file names with a known extension) mentioned in ``text``."""
     return frozenset(m.group(0).lstrip("./") for m in _PATH_RE.finditer(text))
 
 
-@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
+@text_memo()
 def command_of(arguments: str) -> str:
     """The command a tool call ran: ``command`` / ``cmd`` / ``path`` argument, else the
     arguments text itself (whitespace-normalised)."""

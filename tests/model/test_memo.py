@@ -38,7 +38,7 @@ def _classify_fresh(conversation: Conversation) -> Conversation:
 
 
 def _parse_fresh(request: dict[str, Any]) -> Conversation:
-    memo: base.ItemMemo = {}
+    memo = base.item_memo()
     messages, hashes = base.parse_items(request["messages"], "messages", openai_chat._message, memo)
     assert hashes == tuple(item_digest(m) for m in request["messages"])
     return messages  # type: ignore[return-value]
@@ -61,7 +61,7 @@ def test_memoized_parse_and_classify_equal_fresh_ones(request: dict[str, Any], s
 
 
 def test_memos_stay_bounded(monkeypatch: Any) -> None:
-    monkeypatch.setattr(base, "MAX_MEMO_ITEMS", 3)
+    monkeypatch.setattr(openai_chat._MEMO, "max_entries", 3)
     monkeypatch.setattr(classify_module._MEMO, "max_objects", 3)
     request = {
         "model": "gpt-4o",
@@ -99,15 +99,57 @@ def test_memoized_rewrite_equals_a_full_scan(request: dict[str, Any], data: st.D
     )
 
 
-def test_a_full_memo_drops_its_oldest_quarter_not_everything() -> None:
-    from ctxwarden.memo import remember
+def test_a_full_memo_drops_its_oldest_entries_not_everything() -> None:
+    from ctxwarden.memo import BoundedMemo
 
-    memo: dict[int, int] = {}
+    memo: BoundedMemo[int, int] = BoundedMemo(8, 10_000)
     for i in range(8):
-        remember(memo, i, i, 8)
-    assert list(memo) == list(range(8))
-    remember(memo, 8, 8, 8)  # full: the two oldest go, the rest keep their hits
-    assert list(memo) == [2, 3, 4, 5, 6, 7, 8]
-    big = {i: i for i in range(100)}  # over a lowered bound: back under it at once
-    remember(big, 100, 100, 8)
-    assert len(big) <= 8 and 100 in big and 99 in big
+        memo.put(i, i, 1)
+    assert len(memo) == 8
+    memo.put(8, 8, 1)  # past 8 entries: back to three quarters, the newest kept
+    assert len(memo) == 6 and all(k in memo for k in range(3, 9))
+    assert memo.get(2, None) is None and memo.get(8, None) == 8
+
+
+def test_a_memo_is_bounded_by_the_bytes_it_keeps_alive() -> None:
+    from ctxwarden.memo import BoundedMemo, footprint, text_memo
+
+    memo: BoundedMemo[str, str] = BoundedMemo(1_000, 1_000_000)
+    for i in range(100):
+        text = f"{i} " + "x" * 100_000
+        memo.put(text, text.upper(), footprint(text) * 2)
+    assert memo.weight <= 1_000_000 and 0 < len(memo) <= 5
+    calls: list[str] = []
+
+    @text_memo(max_entries=1_000, max_bytes=300_000)
+    def lines(text: str) -> tuple[str, ...]:
+        calls.append(text)
+        return tuple(text.splitlines())
+
+    big = "\n".join(f"error {i}" for i in range(10_000))  # ~100 KB and 10,000 strings
+    assert lines(big) == lines(big) and len(calls) == 2  # too heavy to keep: computed again
+    assert lines("a\nb") == ("a", "b") and lines("a\nb") == ("a", "b") and len(calls) == 3
+
+
+def test_memos_survive_threads_evicting_at_once() -> None:
+    import threading
+
+    from ctxwarden.memo import BoundedMemo
+
+    memo: BoundedMemo[int, int] = BoundedMemo(64, 10**9)
+    errors: list[BaseException] = []
+
+    def fill(offset: int) -> None:
+        try:
+            for i in range(20_000):
+                memo.put(offset + i, i, 1)
+                memo.get(offset + i - 3, None)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=fill, args=(k * 1_000_000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(memo) <= 64

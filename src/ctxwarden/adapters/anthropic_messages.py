@@ -18,6 +18,7 @@ from ctxwarden.adapters.base import (
     check_pairing,
     expect,
     expect_object,
+    item_memo,
     optional_str,
     parse_items,
 )
@@ -44,7 +45,7 @@ __all__ = ["ADAPTER", "parse", "render"]
 _MEDIA_TYPES = {"image": "image", "document": "file", "search_result": "file"}
 
 
-_MEMO: ItemMemo = {}
+_MEMO: ItemMemo = item_memo()
 """Items parsed before (see :func:`~ctxwarden.adapters.base.parse_items`)."""
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ctxwarden.errors import MalformedRequest
-from ctxwarden.memo import MESSAGE_MEMO_LIMIT, remember
+from ctxwarden.memo import MESSAGE_MEMO_BYTES, MESSAGE_MEMO_LIMIT, BoundedMemo
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.hashing import item_digest
 from ctxwarden.model.parts import Path
@@ -26,6 +26,7 @@ __all__ = [
     "check_pairing",
     "expect",
     "expect_object",
+    "item_memo",
     "json_text",
     "optional_str",
     "parse_items",
@@ -43,11 +44,14 @@ class Adapter:
     render: Callable[[Conversation], dict[str, Any]]
 
 
-ItemMemo = dict[tuple[int, str], Message]
+ItemMemo = BoundedMemo[tuple[int, str], Message]
 """Parsed items by position and content hash (see :func:`parse_items`)."""
 
-MAX_MEMO_ITEMS = MESSAGE_MEMO_LIMIT
-"""A memo holding more parsed items drops its oldest (a proxy's memory stays flat)."""
+
+def item_memo() -> ItemMemo:
+    """An adapter's memo of parsed items (bounded by entries and by the bytes of the
+    messages it keeps: :mod:`ctxwarden.memo`)."""
+    return BoundedMemo(MESSAGE_MEMO_LIMIT, MESSAGE_MEMO_BYTES)
 
 
 def parse_items(
@@ -70,9 +74,10 @@ def parse_items(
             messages.append(parse_item(item, (key, i)))
             continue
         hashes.append(h)
-        message = memo.get((i, h))
+        message = memo.get((i, h), None)
         if message is None:
-            message = remember(memo, (i, h), parse_item(item, (key, i)), MAX_MEMO_ITEMS)
+            parsed = parse_item(item, (key, i))
+            message = memo.put((i, h), parsed, parsed.footprint())
         messages.append(message)
     return tuple(messages), tuple(hashes) if len(hashes) == len(items) else ()
 

@@ -10,6 +10,7 @@ from ctxwarden.adapters.base import (
     check_pairing,
     expect,
     expect_object,
+    item_memo,
     optional_str,
     parse_items,
 )
@@ -37,7 +38,7 @@ _RESULT = SafetyClass.CONDENSABLE
 _MEDIA_TYPES = {"image_url": "image", "input_audio": "audio", "file": "file"}
 
 
-_MEMO: ItemMemo = {}
+_MEMO: ItemMemo = item_memo()
 """Items parsed before (see :func:`~ctxwarden.adapters.base.parse_items`)."""
 
 

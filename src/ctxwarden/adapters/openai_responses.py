@@ -17,6 +17,7 @@ from ctxwarden.adapters.base import (
     check_pairing,
     expect,
     expect_object,
+    item_memo,
     optional_str,
     parse_items,
 )
@@ -46,7 +47,7 @@ _TEXT_TYPES = frozenset({"input_text", "output_text", "text", "summary_text"})
 _MEDIA_TYPES = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
 
 
-_MEMO: ItemMemo = {}
+_MEMO: ItemMemo = item_memo()
 """Items parsed before (see :func:`~ctxwarden.adapters.base.parse_items`)."""
 
 

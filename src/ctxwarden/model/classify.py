@@ -106,7 +106,7 @@ def classify(conversation: Conversation) -> Conversation:
 
 
 _MEMO: IdentityMemo[Message, tuple[bool, tuple[bool, ...]], Message] = IdentityMemo(
-    MESSAGE_MEMO_LIMIT
+    MESSAGE_MEMO_LIMIT, weigh=Message.footprint
 )
 """Classified copies of parsed messages (the adapters hand out the same object for an
 item they parsed before), by what classification depends on: the exact flag and which

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from ctxwarden.memo import TEXT_MEMO_LIMIT, remember
+from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import MaskConfig
@@ -83,9 +83,9 @@ class MaskPass:
             min_mention_score=config.min_mention_score,
             name_action=False,  # the call that produced the output is right before it
         )
-        self._memo: dict[
+        self._memo: BoundedMemo[
             tuple[str, str, str, int, int], tuple[str, tuple[str, ...], tuple[str, ...]]
-        ] = {}
+        ] = BoundedMemo(TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES)
         """Built placeholders by everything they are made of (the token count too: the
         same text counts differently under another model's tokenizer)."""
 
@@ -149,10 +149,9 @@ class MaskPass:
             int(segment.is_error),
             segment.tokens,
         )
-        built = self._memo.get(key)
+        built = self._memo.get(key, None)
         if built is None:
             ref = ref_for(segment.text)
-            built = remember(
-                self._memo, key, placeholder_parts(segment, ref, self.digest), TEXT_MEMO_LIMIT
-            )
+            parts = placeholder_parts(segment, ref, self.digest)
+            built = self._memo.put(key, parts, footprint(key) + footprint(parts))
         return built

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 
-from ctxwarden.memo import TEXT_MEMO_LIMIT, remember
+from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
@@ -87,15 +87,15 @@ class NormalizePass:
 
     def __init__(self, config: NormalizeConfig) -> None:
         self.config = config
-        self._memo: dict[str, str | None] = {}
+        self._memo: BoundedMemo[str, str | None] = BoundedMemo(TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES)
 
     def _normalized(self, text: str) -> str | None:
         if text in self._memo:
-            return self._memo[text]
+            return self._memo.get(text, None)
         result: str | None = normalize_text(text, self.config.repeat_run, self.config.minify_json)
         if result == text or (result is not None and not _keeps_error_lines(text, result)):
             result = None
-        return remember(self._memo, text, result, TEXT_MEMO_LIMIT)
+        return self._memo.put(text, result, footprint(text) + footprint(result))
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]

@@ -9,11 +9,10 @@ summarizer can implement the same pass seam later.)
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 
-from ctxwarden.memo import TEXT_MEMO_LIMIT
+from ctxwarden.memo import text_memo
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import SummarizeConfig
@@ -28,7 +27,7 @@ MAX_PATH_LINES = 3
 MAX_PATH_LINE = 200
 
 
-@functools.lru_cache(maxsize=TEXT_MEMO_LIMIT)
+@text_memo()
 def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...]]:
     """The extractive summary of ``text`` and the error lines it keeps."""
     sentences = _SENTENCE_END.split(text.strip(), maxsplit=keep_sentences + 8)

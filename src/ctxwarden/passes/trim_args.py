@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from ctxwarden.memo import TEXT_MEMO_LIMIT, remember
+from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
@@ -90,11 +90,11 @@ class TrimArgsPass:
 
     def __init__(self, config: TrimArgsConfig) -> None:
         self.config = config
-        self._memo: dict[str, str | None] = {}
+        self._memo: BoundedMemo[str, str | None] = BoundedMemo(TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES)
 
     def _trimmed(self, arguments: str) -> str | None:
         if arguments in self._memo:
-            return self._memo[arguments]
+            return self._memo.get(arguments, None)
         result: str | None = None
         ref = ref_for(arguments)
         try:
@@ -112,7 +112,7 @@ class TrimArgsPass:
                     result = orjson.dumps(trimmed).decode()
         except (RecursionError, TypeError):  # nested past what can be walked or written
             result = None
-        return remember(self._memo, arguments, result, TEXT_MEMO_LIMIT)
+        return self._memo.put(arguments, result, footprint(arguments) + footprint(result))
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]

@@ -25,7 +25,7 @@ from typing import Any
 
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import json_pointer
-from ctxwarden.memo import MESSAGE_MEMO_LIMIT, IdentityMemo, remember
+from ctxwarden.memo import MESSAGE_MEMO_BYTES, MESSAGE_MEMO_LIMIT, BoundedMemo, IdentityMemo
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.hashing import digest
 from ctxwarden.model.hashing import element_hashes as hash_elements
@@ -83,7 +83,9 @@ class Condenser:
         self._segment_cache = SegmentCache()
         self._states: dict[tuple[str, str], tuple[bytes, SessionState]] = {}
         """The state last written per session, with its bytes (see :meth:`_decoded`)."""
-        self._sent_hashes: dict[tuple[str, frozenset[tuple[Path, str]]], str] = {}
+        self._sent_hashes: BoundedMemo[tuple[str, frozenset[tuple[Path, str]]], str] = BoundedMemo(
+            MAX_SENT_HASHES, MESSAGE_MEMO_BYTES
+        )
         """A rewritten message's element hash by its exact hash and its replacements
         (the same frozen replacements are re-applied every turn)."""
 
@@ -517,13 +519,13 @@ class Condenser:
                 per_message[segment.message_index].append((path, rep))
         for index, reps in per_message.items():
             key = (exact_hashes[index + 1], frozenset((p, r.text) for p, r in reps))
-            sent = self._sent_hashes.get(key)
+            sent = self._sent_hashes.get(key, None)
             if sent is None:
                 reps.sort(key=lambda pr: json_pointer(pr[0]))
                 blob = exact_hashes[index + 1].encode() + b"".join(
                     b"\x00" + r.text.encode() for _, r in reps
                 )
-                sent = remember(self._sent_hashes, key, digest(blob), MAX_SENT_HASHES)
+                sent = self._sent_hashes.put(key, digest(blob), len(blob) + 256)
             hashes[index + 1] = sent
             tokens[index + 1] -= sum(self._saved(view, p, r, counter) for p, r in reps)
         return hashes, tokens
@@ -650,7 +652,7 @@ def _apply(conversation: Conversation, applied: dict[Path, Replacement]) -> Conv
 
 
 _APPLIED: IdentityMemo[Message, frozenset[tuple[Path, str]], Message] = IdentityMemo(
-    MESSAGE_MEMO_LIMIT
+    MESSAGE_MEMO_LIMIT, weigh=Message.footprint
 )
 """Rewritten copies of messages by the replacements written into them."""
 

@@ -41,7 +41,9 @@ def _skeleton(message: Message) -> tuple[str, tuple[tuple[str, str], ...]]:
     return message.role, ids
 
 
-_PASSED: IdentityMemo[Message, tuple[int, bool], Message] = IdentityMemo(MESSAGE_MEMO_LIMIT)
+_PASSED: IdentityMemo[Message, tuple[int, bool], Message] = IdentityMemo(
+    MESSAGE_MEMO_LIMIT, weigh=Message.footprint
+)
 """Rewritten messages that passed :func:`_check_message`, by their original, its
 position and whether that position is protected. The checks read nothing else: the
 original came from the wire item at that position (the adapters' parse memo is keyed
