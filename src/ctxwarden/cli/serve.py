@@ -145,9 +145,9 @@ async def _run_proxy(
     """Serve until stopped; with ``with_fake`` a fake upstream runs in the same loop."""
     fake = None
     if with_fake:
-        from ctxwarden.proxy.fake_upstream import FakeUpstream
+        from ctxwarden.proxy.fake_upstream import LONG_RUNNING_RECEIVED, FakeUpstream
 
-        fake = await FakeUpstream().start("127.0.0.1", 0)
+        fake = await FakeUpstream(keep_received=LONG_RUNNING_RECEIVED).start("127.0.0.1", 0)
         settings = dataclasses.replace(
             settings, openai_upstream=fake.url, anthropic_upstream=fake.url
         )

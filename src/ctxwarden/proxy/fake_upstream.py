@@ -3,8 +3,9 @@
 It speaks Chat Completions, Responses and Messages, streaming (SSE, the providers'
 event sequences) and not, plus ``/v1/messages/count_tokens`` and ``GET /v1/models``.
 Every request is recorded (method, path, headers, raw body bytes) so tests can
-check exactly what arrived. Answers are :class:`Reply` values taken from a queue
-(:meth:`FakeUpstream.script`), else the default reply::
+check exactly what arrived; a long-running fake (``ctxwarden fake-upstream``,
+``serve --fake-upstream``) keeps only the newest ``keep_received`` of them. Answers are
+:class:`Reply` values taken from a queue (:meth:`FakeUpstream.script`), else the default reply::
 
     async with FakeUpstream() as fake:
         fake.script(Reply(tool_calls=[ToolCall("ctxwarden_recall", {"ref": ref})]),
@@ -42,6 +43,9 @@ __all__ = ["FakeUpstream", "Received", "Reply", "ToolCall"]
 
 _STORED_RESPONSES = 1000
 """Responses the fake keeps for ``previous_response_id`` (the oldest go first)."""
+
+LONG_RUNNING_RECEIVED = 1000
+"""Requests a long-running fake keeps in ``received`` (the oldest go first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +89,19 @@ class Received:
 
 
 class FakeUpstream:
-    """The fake server; ``async with FakeUpstream() as fake`` binds a free port."""
+    """The fake server; ``async with FakeUpstream() as fake`` binds a free port.
 
-    def __init__(self, *replies: Reply, default: Reply | None = None) -> None:
+    ``received`` holds every request in arrival order, or only the newest
+    ``keep_received`` when that is given (a fake serving for hours stays bounded)."""
+
+    def __init__(
+        self, *replies: Reply, default: Reply | None = None, keep_received: int | None = None
+    ) -> None:
+        if keep_received is not None and keep_received < 0:
+            raise ValueError(f"keep_received must be >= 0, not {keep_received}")
         self.queue: deque[Reply] = deque(replies)
         self.default = default or Reply()
+        self.keep_received = keep_received
         self.received: list[Received] = []
         self.stored: dict[str, list[Any]] = {}
         """Responses by id: the whole conversation they end (input items, then output)."""
@@ -147,6 +159,8 @@ class FakeUpstream:
         item = Received(request.method, request.path, request.query_string,
                         dict(request.headers), body)  # fmt: skip
         self.received.append(item)
+        if self.keep_received is not None and len(self.received) > self.keep_received:
+            del self.received[: len(self.received) - self.keep_received]
         return item
 
     def _generate(self, api: str) -> Any:
@@ -264,7 +278,9 @@ class FakeUpstream:
 
 async def run_fake_upstream(host: str, port: int, text: str | None = None) -> None:
     """Serve a fake until cancelled (``ctxwarden fake-upstream``)."""
-    fake = FakeUpstream(default=Reply(text=text) if text else None)
+    fake = FakeUpstream(
+        default=Reply(text=text) if text else None, keep_received=LONG_RUNNING_RECEIVED
+    )
     await fake.start(host, port)
     print(f"fake upstream listening on {fake.url}", flush=True)
     try:
