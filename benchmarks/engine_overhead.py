@@ -7,21 +7,25 @@ max milliseconds of ``Engine.condense`` alone (no replay metrics in the process)
 With ``--interleave K`` one engine serves all sessions, K at a time, turn by turn in
 turn (the first request of each of K sessions, then the second of each...): what a
 proxy with K live sessions sees. Its per-process memos must then hold the histories of
-all K sessions at once.
+all K sessions at once. ``--memo-mb N`` caps the memos together
+(:func:`ctxwarden.set_memo_budget`, as ``serve --memo-mb``); the line printed last gives
+their estimated weight and the process's peak RSS at the end.
 
     .venv/bin/python benchmarks/engine_overhead.py [CORPUS_DIR] [--preset balanced] [--every N]
-        [--interleave K]
+        [--interleave K] [--memo-mb N]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from pathlib import Path
 from typing import Any
 
-from ctxwarden import Engine, EngineConfig
+from ctxwarden import Engine, EngineConfig, set_memo_budget
 from ctxwarden.io import load_session, session_requests
+from ctxwarden.memo import memo_weight
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +36,10 @@ def main() -> None:
     parser.add_argument("--preset", default="balanced")
     parser.add_argument("--every", type=int, default=1, help="every N-th session only")
     parser.add_argument("--interleave", type=int, default=0, help="K live sessions, one engine")
+    parser.add_argument("--memo-mb", type=float, help="memo budget (default: built-in)")
     args = parser.parse_args()
+    if args.memo_mb is not None:
+        set_memo_budget(int(args.memo_mb * 1024 * 1024))
     files = sorted(Path(args.corpus).glob("*.json.gz"))[:: args.every]
     Engine(EngineConfig(store={"backend": "memory"})).counter_for(None)  # load vocabulary
     times = interleaved(files, args) if args.interleave > 0 else one_by_one(files, args)
@@ -43,6 +50,8 @@ def main() -> None:
         f"{args.preset}: {len(files)} sessions{mode}, {len(times)} requests; "
         f"condense p50 {p50:.2f} ms, p95 {p95:.2f} ms, max {times[-1]:.1f} ms"
     )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"memos {memo_weight() / 2**20:.1f} MB (estimated) at the end; peak RSS {peak:.0f} MB")
 
 
 def _timed(engine: Engine, request: dict[str, Any], session: str, times: list[float]) -> None:

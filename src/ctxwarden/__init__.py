@@ -9,6 +9,7 @@ Public surface::
 
 Anthropic callers that cache mark where the previous request ended with
 ``with_step_breakpoint(result.request)`` (the proxy does it for its clients).
+``set_memo_budget(n)`` caps the bytes the process's memos keep (``serve --memo-mb``).
 """
 
 from ctxwarden.breakpoints import with_step_breakpoint
@@ -24,6 +25,7 @@ from ctxwarden.errors import (
     StoreError,
     ValidationFailed,
 )
+from ctxwarden.memo import set_memo_budget
 
 __all__ = [
     "ArtifactCorrupted",
@@ -39,6 +41,7 @@ __all__ = [
     "ValidationFailed",
     "__version__",
     "load_config",
+    "set_memo_budget",
     "with_step_breakpoint",
 ]
 

@@ -15,23 +15,38 @@ condensed in turn (as a proxy sees them) took twice the time of the same session
 after the other, and their p95 went past 10 ms (``benchmarks/engine_overhead.py
 --interleave``). Memos are shared by every engine of a process and safe to use from
 several threads.
+
+One budget caps them all (:data:`DEFAULT_MEMO_BUDGET`, or :func:`set_memo_budget`): every
+live memo's byte bound (and each token counter's text bound) is its share of the budget,
+in proportion to its own bound, so that together they keep at most that many estimated
+bytes; memos made later get their share too (an engine's own memos come and go with
+it). Without a budget (``set_memo_budget(None)``) each memo has its own bound, about
+1.4 GB estimated in all for one engine. The estimate counts a text once per memo that
+holds it, so it runs above the memory really used.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 __all__ = [
+    "DEFAULT_MEMO_BUDGET",
     "MESSAGE_MEMO_BYTES",
     "MESSAGE_MEMO_LIMIT",
     "TEXT_MEMO_BYTES",
     "TEXT_MEMO_LIMIT",
     "BoundedMemo",
+    "Budgeted",
     "IdentityMemo",
     "footprint",
+    "memo_budget",
+    "memo_weight",
+    "register_budgeted",
+    "set_memo_budget",
     "text_memo",
 ]
 
@@ -56,6 +71,70 @@ P = ParamSpec("P")
 
 _OBJECT_BYTES = 56
 """About what CPython spends on a small object (a string's header, a tuple slot...)."""
+
+
+class Budgeted(Protocol):
+    """A bounded cache that takes a share of the memo budget: ``default_bytes`` is its
+    bound without a budget; ``set_max_bytes`` applies a new bound (shrinking at once)."""
+
+    @property
+    def default_bytes(self) -> int: ...
+
+    @property
+    def weight(self) -> int: ...
+
+    def set_max_bytes(self, max_bytes: int) -> None: ...
+
+
+_BUDGETED: weakref.WeakSet[Any] = weakref.WeakSet()
+DEFAULT_MEMO_BUDGET = 512 * 1024 * 1024
+"""The process's memo budget until :func:`set_memo_budget` changes it. On the corpus,
+160 live sessions on one engine condense as fast under 256 MB as with no budget
+(``benchmarks/engine_overhead.py --interleave 160 --memo-mb N``)."""
+
+_budget: int | None = DEFAULT_MEMO_BUDGET
+_budget_lock = threading.RLock()
+
+
+def register_budgeted(cache: Budgeted) -> None:
+    """Give ``cache`` its share of the budget (every bounded memo registers itself)."""
+    with _budget_lock:
+        _BUDGETED.add(cache)
+        if _budget is not None:
+            _apply_budget()
+
+
+def set_memo_budget(total_bytes: int | None) -> None:
+    """Cap the estimated bytes every memo of the process keeps alive, together, at
+    ``total_bytes`` (``None``: no budget, each memo's own bound). Memos over their new
+    share drop their oldest entries at once."""
+    global _budget
+    if total_bytes is not None and total_bytes < 0:
+        raise ValueError(f"a memo budget is bytes >= 0, not {total_bytes}")
+    with _budget_lock:
+        _budget = total_bytes
+        _apply_budget()
+
+
+def memo_budget() -> int | None:
+    """The budget in force (``None``: none, each memo's own bound)."""
+    return _budget
+
+
+def memo_weight() -> int:
+    """The estimated bytes all memos of the process keep alive now."""
+    with _budget_lock:
+        return sum(cache.weight for cache in list(_BUDGETED))
+
+
+def _apply_budget() -> None:
+    caches = list(_BUDGETED)
+    nominal = sum(cache.default_bytes for cache in caches)
+    for cache in caches:
+        if _budget is None or nominal == 0:
+            cache.set_max_bytes(cache.default_bytes)
+        else:
+            cache.set_max_bytes(cache.default_bytes * _budget // nominal)
 
 
 def footprint(value: Any) -> int:
@@ -88,9 +167,21 @@ class BoundedMemo(Generic[K, V]):
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self._default_bytes = max_bytes
         self._data: dict[K, tuple[V, int]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
+        register_budgeted(self)
+
+    @property
+    def default_bytes(self) -> int:
+        return self._default_bytes
+
+    def set_max_bytes(self, max_bytes: int) -> None:
+        with self._lock:
+            self.max_bytes = max_bytes
+            if self._bytes > max_bytes:
+                self._shrink()
 
     def get(self, key: K, default: D) -> V | D:
         entry = self._data.get(key)

@@ -12,6 +12,7 @@ import importlib
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,3 +154,39 @@ def test_memos_survive_threads_evicting_at_once() -> None:
     for t in threads:
         t.join()
     assert not errors and len(memo) <= 64
+
+
+def test_a_memo_budget_shares_bytes_in_proportion_and_applies_to_later_memos() -> None:
+    from ctxwarden.memo import (
+        DEFAULT_MEMO_BUDGET,
+        BoundedMemo,
+        memo_budget,
+        memo_weight,
+        set_memo_budget,
+    )
+    from ctxwarden.tokens.counter import TokenCounter
+
+    big: BoundedMemo[int, str] = BoundedMemo(1_000_000, 400 * 1024 * 1024)
+    small: BoundedMemo[int, str] = BoundedMemo(1_000_000, 100 * 1024 * 1024)
+    for i in range(200):
+        big.put(i, "x", 10_000)
+        small.put(i, "x", 10_000)
+    try:
+        set_memo_budget(1_000_000)
+        assert memo_budget() == 1_000_000
+        assert abs(big.max_bytes - 4 * small.max_bytes) <= 4  # integer shares
+        assert big.weight <= big.max_bytes < 1_000_000 and small.weight <= small.max_bytes
+        assert 200 > len(big) > 0  # the oldest were dropped at once, not everything
+        assert 199 in big and 0 not in big
+        later = TokenCounter()  # made after the budget: its share at once
+        for i in range(20_000):
+            later.count_text(f"line {i} " + "y" * 50)
+        assert later.weight <= 1_000_000 and memo_weight() <= 1_000_000
+        with pytest.raises(ValueError, match="budget"):
+            set_memo_budget(-1)
+        set_memo_budget(None)  # no budget: each memo its own bound
+        assert memo_budget() is None
+        assert big.max_bytes == 400 * 1024 * 1024 and small.max_bytes == 100 * 1024 * 1024
+    finally:
+        set_memo_budget(DEFAULT_MEMO_BUDGET)
+    assert memo_budget() == DEFAULT_MEMO_BUDGET and big.max_bytes < 400 * 1024 * 1024

@@ -516,3 +516,32 @@ def test_step_start_names_the_first_message_a_step_rewrote(session: Path) -> Non
             assert previous is None or sent[: len(previous)] == previous
         previous = sent
     assert steps > 0
+
+
+def test_a_memo_budget_bounds_what_memos_keep_and_changes_no_byte() -> None:
+    """Memos only save work: with every memo emptied and capped at nothing, or at a
+    small budget, the engine gives the bytes and reports it gives with its default
+    bounds, and the memos together stay within the budget."""
+    from ctxwarden.memo import DEFAULT_MEMO_BUDGET, memo_weight, set_memo_budget
+
+    workloads = [_requests(p) for p in SESSIONS[:4]]
+
+    def run() -> list[bytes]:
+        engine = make_engine(pipeline=FORCE)
+        return [
+            dumps([engine.condense(r, session=f"s{k}").request for r in workload])
+            for k, workload in enumerate(workloads)
+        ]
+
+    default = run()
+    try:
+        set_memo_budget(0)
+        assert memo_weight() == 0
+        assert run() == default
+        assert memo_weight() == 0
+        budget = 2 * 1024 * 1024
+        set_memo_budget(budget)
+        assert run() == default
+        assert 0 < memo_weight() <= budget
+    finally:
+        set_memo_budget(DEFAULT_MEMO_BUDGET)

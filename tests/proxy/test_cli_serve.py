@@ -40,6 +40,15 @@ def test_flags_win_over_environment_and_defaults(tmp_path: Path) -> None:
         settings_from_args(_args("--admin-token", "short"), {})
 
 
+def test_the_memo_budget_comes_from_flag_or_environment_and_is_checked() -> None:
+    assert settings_from_args(_args(), {})[0].memo_mb is None
+    assert settings_from_args(_args(), {"CTXWARDEN_MEMO_MB": "256"})[0].memo_mb == 256.0
+    assert settings_from_args(_args("--memo-mb", "0"), {"CTXWARDEN_MEMO_MB": "9"})[0].memo_mb == 0
+    for bad in ("lots", "-1", "nan"):
+        with pytest.raises(ConfigError, match="memo_mb"):
+            settings_from_args(_args("--memo-mb", bad), {})
+
+
 def test_tenant_secret_is_stable_private_and_keys_never_contain_the_credential(
     tmp_path: Path,
 ) -> None:
@@ -73,7 +82,8 @@ def test_serve_against_fake_upstream_processes(tmp_path: Path) -> None:
     fake_port, proxy_port = _free_port(), _free_port()
     exe = [sys.executable, "-m", "ctxwarden"]
     env = {**os.environ, "CTXWARDEN_OPENAI_UPSTREAM": f"http://127.0.0.1:{fake_port}",
-           "CTXWARDEN_ANTHROPIC_UPSTREAM": f"http://127.0.0.1:{fake_port}"}  # fmt: skip
+           "CTXWARDEN_ANTHROPIC_UPSTREAM": f"http://127.0.0.1:{fake_port}",
+           "CTXWARDEN_MEMO_MB": "0"}  # fmt: skip
     fake = subprocess.Popen([*exe, "fake-upstream", "--port", str(fake_port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     proxy = subprocess.Popen(
@@ -90,6 +100,7 @@ def test_serve_against_fake_upstream_processes(tmp_path: Path) -> None:
         assert r.json()["choices"][0]["message"]["content"] == "Hello from the fake upstream."
         metrics = httpx.get(f"http://127.0.0.1:{proxy_port}/metrics", timeout=5).text
         assert 'route="chat",status="200"' in metrics
+        assert "\nctxwarden_memo_bytes 0.0\n" in metrics  # the memo budget applies
     finally:
         for process in (proxy, fake):
             process.send_signal(signal.SIGINT if process is fake else signal.SIGTERM)

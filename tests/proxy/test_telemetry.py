@@ -73,6 +73,8 @@ async def test_metrics_health_and_ready(proxy: Proxy) -> None:
     assert 'ctxwarden_requests_total{mode="active",route="chat",status="200"} 1.0' in text
     assert "ctxwarden_overhead_seconds_bucket" in text
     assert 'ctxwarden_upstream_prompt_tokens_total{route="chat"}' in text
+    memo_line = next(line for line in text.splitlines() if line.startswith("ctxwarden_memo_bytes "))
+    assert float(memo_line.split()[1]) > 0  # the request just condensed left memo entries
     assert SECRET_TEXT not in text and KEY_A not in text
     assert len(proxy.fake.received) == 1  # operational endpoints are not forwarded
 

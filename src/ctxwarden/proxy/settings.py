@@ -44,6 +44,11 @@ class ProxySettings:
     gc_interval: float = 600.0
     """Seconds between store garbage collections (TTL and byte cap); 0: never (an
     operator runs ``ctxwarden store gc`` instead)."""
+    memo_mb: float | None = None
+    """Estimated MB the process's memos keep together (None: the default budget,
+    :data:`ctxwarden.memo.DEFAULT_MEMO_BUDGET`, 512 MB).
+    Process-wide: ``ctxwarden serve`` applies it with
+    :func:`ctxwarden.memo.set_memo_budget` before it builds the engine."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -70,6 +75,8 @@ class ProxySettings:
             raise ConfigError(
                 f"{self.max_recall_rounds} is not 0 (off) or more", "max_recall_rounds"
             )
+        if self.memo_mb is not None and not 0 <= self.memo_mb <= 1024 * 1024:  # NaN too
+            raise ConfigError(f"{self.memo_mb} is not 0 to 1048576 MB", "memo_mb")
         for name in ("connect_timeout", "read_timeout", "total_timeout"):
             value = getattr(self, name)
             if value is not None and not value > 0:  # NaN too

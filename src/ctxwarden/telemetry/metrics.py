@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from ctxwarden.memo import memo_weight
 
 __all__ = ["CONTENT_TYPE_LATEST", "MetricsSink", "ProxyMetrics"]
 
@@ -85,6 +87,13 @@ class ProxyMetrics:
             buckets=_UPSTREAM_BUCKETS,
             registry=r,
         )
+
+        self.memo_bytes = Gauge(
+            "ctxwarden_memo_bytes",
+            "Estimated bytes the process's memos keep alive (at most --memo-mb).",
+            registry=r,
+        )
+        self.memo_bytes.set_function(memo_weight)
 
     def render(self) -> bytes:
         """The text exposition format for ``GET /metrics``."""

@@ -2,7 +2,9 @@
 
 Agents resend their whole history every turn, so counts are memoized by content:
 a text seen before is never encoded again. The memo is bounded (least recently used
-entries are dropped past ``max_entries`` entries or ``max_chars`` characters).
+entries are dropped past ``max_entries`` entries or ``max_chars`` characters; the
+characters bound takes its share of the process's memo budget,
+:func:`ctxwarden.memo.set_memo_budget`).
 
 Models with a public tokenizer are counted exactly; others (Anthropic and unknown
 families) get a calibrated estimate from o200k counts with an explicit confidence.
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from ctxwarden.memo import register_budgeted
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
     MediaPart,
@@ -65,9 +68,24 @@ class TokenCounter:
         """Message counts by API and item hash: one item JSON parses differently per API."""
         self._max_entries = max_entries
         self._max_chars = max_chars
+        self._default_chars = max_chars
         self._chars = 0
         self.hits = 0
         self.misses = 0
+        register_budgeted(self)
+
+    @property
+    def default_bytes(self) -> int:
+        """The memo's character bound without a budget (a character: about a byte)."""
+        return self._default_chars
+
+    @property
+    def weight(self) -> int:
+        return self._chars
+
+    def set_max_bytes(self, max_bytes: int) -> None:
+        self._max_chars = max_bytes
+        self._evict()
 
     @property
     def confidence(self) -> float:
@@ -86,10 +104,14 @@ class TokenCounter:
         n = len(self._encoding.encode_ordinary(text))
         memo[text] = n
         self._chars += len(text)
-        while len(memo) > self._max_entries or self._chars > self._max_chars:
+        self._evict()
+        return n
+
+    def _evict(self) -> None:
+        memo = self._memo
+        while memo and (len(memo) > self._max_entries or self._chars > self._max_chars):
             evicted, _ = memo.popitem(last=False)
             self._chars -= len(evicted)
-        return n
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` (scaled for estimated tokenizers)."""
