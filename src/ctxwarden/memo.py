@@ -1,7 +1,8 @@
 """Bounded memos for content that agents resend every turn.
 
 Derived values (a parsed message, a placeholder, a rewritten copy, the signals of a
-text) are kept so a resent history costs lookups, not work. Every memo is bounded
+text) are kept so a resent history costs lookups, not work; they never change a
+result, only the time it takes. Every memo is bounded
 twice: by entries and by an estimate of the bytes its entries keep alive (the texts
 they hold and the values derived from them), so a proxy fed many large distinct
 outputs keeps flat memory. Past either bound the oldest entries (in insertion order)
@@ -13,16 +14,18 @@ sessions at once and each request resends its whole history, so a memo must hold
 live messages of all of them. With per-message memos of 4,096 entries, 150 sessions
 condensed in turn (as a proxy sees them) took twice the time of the same sessions one
 after the other, and their p95 went past 10 ms (``benchmarks/engine_overhead.py
---interleave``). Memos are shared by every engine of a process and safe to use from
+--interleave``). Module-level memos are shared by every engine of a process, the
+others belong to one engine (its passes, its token counters); all are safe to use from
 several threads.
 
-One budget caps them all (:data:`DEFAULT_MEMO_BUDGET`, or :func:`set_memo_budget`): every
-live memo's byte bound (and each token counter's text bound) is its share of the budget,
-in proportion to its own bound, so that together they keep at most that many estimated
-bytes; memos made later get their share too (an engine's own memos come and go with
-it). Without a budget (``set_memo_budget(None)``) each memo has its own bound, about
-1.4 GB estimated in all for one engine. The estimate counts a text once per memo that
-holds it, so it runs above the memory really used.
+One budget caps them all (:data:`DEFAULT_MEMO_BUDGET`, or :func:`set_memo_budget`): each
+memo's byte bound (and each token counter's) is its own bound scaled by one factor, so
+that the live memos together keep at most that many estimated bytes; a memo that comes
+or goes changes the factor, which each memo reads when it stores. Without a budget
+(``set_memo_budget(None)``) each memo has its own bound, about 1.4 GB estimated in all
+for one engine. The estimate counts a text once per memo that holds it, so it runs
+above the memory really used. Caches keyed by session (an engine's segments and
+decoded states of its last 512 sessions) are bounded by that count, outside the budget.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "memo_weight",
     "register_budgeted",
     "set_memo_budget",
+    "share",
     "text_memo",
 ]
 
@@ -74,67 +78,97 @@ _OBJECT_BYTES = 56
 
 
 class Budgeted(Protocol):
-    """A bounded cache that takes a share of the memo budget: ``default_bytes`` is its
-    bound without a budget; ``set_max_bytes`` applies a new bound (shrinking at once)."""
+    """A bounded cache that takes a share of the memo budget: ``own_bytes`` is its own
+    bound (its share can only be smaller, :func:`share`), ``weight`` what it keeps
+    now, and ``trim`` drops its oldest entries until it is within its share."""
 
     @property
-    def default_bytes(self) -> int: ...
+    def own_bytes(self) -> int: ...
 
     @property
     def weight(self) -> int: ...
 
-    def set_max_bytes(self, max_bytes: int) -> None: ...
+    def trim(self) -> None: ...
 
 
-_BUDGETED: weakref.WeakSet[Any] = weakref.WeakSet()
 DEFAULT_MEMO_BUDGET = 512 * 1024 * 1024
 """The process's memo budget until :func:`set_memo_budget` changes it. On the corpus,
 160 live sessions on one engine condense as fast under 256 MB as with no budget
 (``benchmarks/engine_overhead.py --interleave 160 --memo-mb N``)."""
 
-_budget: int | None = DEFAULT_MEMO_BUDGET
-_budget_lock = threading.RLock()
+
+class _Budget:
+    """The budget and the caches sharing it. Every cache's share is its own bound times
+    one scale, ``min(1, total / sum of the live caches' own bounds)``, read when the
+    cache stores: joining or leaving costs O(1) whatever the number of caches, and the
+    shares of the others grow back when a cache goes."""
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.nominal = 0
+        self.scale = 1.0
+        self.lock = threading.RLock()  # a cache's finalizer may run in a locked thread
+        self.caches: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def join(self, cache: Budgeted) -> None:
+        own = cache.own_bytes
+        with self.lock:
+            self.caches.add(cache)
+            self.nominal += own
+            self._rescale()
+        weakref.finalize(cache, self.leave, own)
+
+    def leave(self, own: int) -> None:
+        with self.lock:
+            self.nominal -= own
+            self._rescale()
+
+    def _rescale(self) -> None:
+        if self.total is None or self.nominal <= 0:
+            self.scale = 1.0
+        else:
+            self.scale = min(1.0, self.total / self.nominal)
+
+    def live(self) -> list[Any]:
+        with self.lock:
+            return list(self.caches)
+
+
+_BUDGET = _Budget(DEFAULT_MEMO_BUDGET)
 
 
 def register_budgeted(cache: Budgeted) -> None:
-    """Give ``cache`` its share of the budget (every bounded memo registers itself)."""
-    with _budget_lock:
-        _BUDGETED.add(cache)
-        if _budget is not None:
-            _apply_budget()
+    """Make ``cache`` share the budget (every bounded memo registers itself)."""
+    _BUDGET.join(cache)
+
+
+def share(own_bytes: int) -> int:
+    """The bound of a cache whose own bound is ``own_bytes``, under the budget now."""
+    scale = _BUDGET.scale
+    return own_bytes if scale >= 1.0 else int(own_bytes * scale)
 
 
 def set_memo_budget(total_bytes: int | None) -> None:
     """Cap the estimated bytes every memo of the process keeps alive, together, at
     ``total_bytes`` (``None``: no budget, each memo's own bound). Memos over their new
     share drop their oldest entries at once."""
-    global _budget
     if total_bytes is not None and total_bytes < 0:
         raise ValueError(f"a memo budget is bytes >= 0, not {total_bytes}")
-    with _budget_lock:
-        _budget = total_bytes
-        _apply_budget()
+    with _BUDGET.lock:
+        _BUDGET.total = total_bytes
+        _BUDGET._rescale()
+    for cache in _BUDGET.live():
+        cache.trim()
 
 
 def memo_budget() -> int | None:
     """The budget in force (``None``: none, each memo's own bound)."""
-    return _budget
+    return _BUDGET.total
 
 
 def memo_weight() -> int:
     """The estimated bytes all memos of the process keep alive now."""
-    with _budget_lock:
-        return sum(cache.weight for cache in list(_BUDGETED))
-
-
-def _apply_budget() -> None:
-    caches = list(_BUDGETED)
-    nominal = sum(cache.default_bytes for cache in caches)
-    for cache in caches:
-        if _budget is None or nominal == 0:
-            cache.set_max_bytes(cache.default_bytes)
-        else:
-            cache.set_max_bytes(cache.default_bytes * _budget // nominal)
+    return sum(cache.weight for cache in _BUDGET.live())
 
 
 def footprint(value: Any) -> int:
@@ -162,25 +196,29 @@ def footprint_flat(value: Any) -> int:
 
 class BoundedMemo(Generic[K, V]):
     """A memo bounded by entries and by the bytes its entries keep alive (see module
-    doc); each entry's weight is given when it is stored. Thread-safe."""
+    doc); each entry's weight is given when it is stored. ``max_bytes`` is its share of
+    the process's budget (at most its own bound). An entry heavier than a quarter of
+    that is not kept: it would push out everything else, turn after turn. Thread-safe."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self._default_bytes = max_bytes
+        self._own_bytes = max_bytes
         self._data: dict[K, tuple[V, int]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
         register_budgeted(self)
 
     @property
-    def default_bytes(self) -> int:
-        return self._default_bytes
+    def own_bytes(self) -> int:
+        return self._own_bytes
 
-    def set_max_bytes(self, max_bytes: int) -> None:
+    @property
+    def max_bytes(self) -> int:
+        return share(self._own_bytes)
+
+    def trim(self) -> None:
         with self._lock:
-            self.max_bytes = max_bytes
-            if self._bytes > max_bytes:
+            if len(self._data) > self.max_entries or self._bytes > self.max_bytes:
                 self._shrink()
 
     def get(self, key: K, default: D) -> V | D:
@@ -189,13 +227,16 @@ class BoundedMemo(Generic[K, V]):
 
     def put(self, key: K, value: V, weight: int) -> V:
         """Store ``value`` (keeping about ``weight`` bytes alive) and return it."""
+        limit = self.max_bytes
         with self._lock:
             old = self._data.pop(key, None)
             if old is not None:
                 self._bytes -= old[1]
+            if weight > limit // 4:
+                return value
             self._data[key] = (value, weight)
             self._bytes += weight
-            if len(self._data) > self.max_entries or self._bytes > self.max_bytes:
+            if len(self._data) > self.max_entries or self._bytes > limit:
                 self._shrink()
         return value
 

@@ -9,6 +9,7 @@ classification done without any memo.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -112,7 +113,18 @@ def test_a_full_memo_drops_its_oldest_entries_not_everything() -> None:
     assert memo.get(2, None) is None and memo.get(8, None) == 8
 
 
-def test_a_memo_is_bounded_by_the_bytes_it_keeps_alive() -> None:
+@pytest.fixture
+def no_memo_budget() -> Iterator[None]:
+    from ctxwarden.memo import DEFAULT_MEMO_BUDGET, set_memo_budget
+
+    set_memo_budget(None)
+    try:
+        yield
+    finally:
+        set_memo_budget(DEFAULT_MEMO_BUDGET)
+
+
+def test_a_memo_is_bounded_by_the_bytes_it_keeps_alive(no_memo_budget: None) -> None:
     from ctxwarden.memo import BoundedMemo, footprint, text_memo
 
     memo: BoundedMemo[str, str] = BoundedMemo(1_000, 1_000_000)
@@ -157,6 +169,8 @@ def test_memos_survive_threads_evicting_at_once() -> None:
 
 
 def test_a_memo_budget_shares_bytes_in_proportion_and_applies_to_later_memos() -> None:
+    import gc
+
     from ctxwarden.memo import (
         DEFAULT_MEMO_BUDGET,
         BoundedMemo,
@@ -166,8 +180,8 @@ def test_a_memo_budget_shares_bytes_in_proportion_and_applies_to_later_memos() -
     )
     from ctxwarden.tokens.counter import TokenCounter
 
-    big: BoundedMemo[int, str] = BoundedMemo(1_000_000, 400 * 1024 * 1024)
-    small: BoundedMemo[int, str] = BoundedMemo(1_000_000, 100 * 1024 * 1024)
+    big: BoundedMemo[int, str] = BoundedMemo(1_000_000, 4 * 2**30)
+    small: BoundedMemo[int, str] = BoundedMemo(1_000_000, 2**30)
     for i in range(200):
         big.put(i, "x", 10_000)
         small.put(i, "x", 10_000)
@@ -181,12 +195,51 @@ def test_a_memo_budget_shares_bytes_in_proportion_and_applies_to_later_memos() -
         later = TokenCounter()  # made after the budget: its share at once
         for i in range(20_000):
             later.count_text(f"line {i} " + "y" * 50)
-        assert later.weight <= 1_000_000 and memo_weight() <= 1_000_000
+        assert 0 < later.weight <= 1_000_000 and memo_weight() <= 1_000_000
+        before = big.max_bytes
+        huge: BoundedMemo[int, str] = BoundedMemo(10, 100 * 2**30)
+        assert big.max_bytes < before // 10  # a new memo takes its share of the budget
+        del huge
+        gc.collect()
+        assert big.max_bytes >= before  # and gives it back when it goes
         with pytest.raises(ValueError, match="budget"):
             set_memo_budget(-1)
         set_memo_budget(None)  # no budget: each memo its own bound
         assert memo_budget() is None
-        assert big.max_bytes == 400 * 1024 * 1024 and small.max_bytes == 100 * 1024 * 1024
+        assert big.max_bytes == 4 * 2**30 and small.max_bytes == 2**30
     finally:
         set_memo_budget(DEFAULT_MEMO_BUDGET)
-    assert memo_budget() == DEFAULT_MEMO_BUDGET and big.max_bytes < 400 * 1024 * 1024
+    assert memo_budget() == DEFAULT_MEMO_BUDGET and big.max_bytes < 4 * 2**30
+
+
+def test_an_entry_too_heavy_for_its_memo_is_not_kept_and_pushes_nothing_out() -> None:
+    from ctxwarden.memo import BoundedMemo
+
+    memo: BoundedMemo[int, str] = BoundedMemo(1_000, 1_000_000)
+    for i in range(50):
+        memo.put(i, "x", 100)
+    assert memo.put(-1, "huge", memo.max_bytes // 4 + 1) == "huge"
+    assert -1 not in memo and len(memo) == 50 and memo.weight == 5_000
+
+
+def test_a_memoized_none_is_an_answer_even_when_evicted_meanwhile() -> None:
+    """normalize and trim_args memoize None ("leave it"): a lookup racing an eviction
+    must compute again, not read None for a text that was never looked at."""
+    from ctxwarden.passes.config import NormalizeConfig
+    from ctxwarden.passes.normalize import NormalizePass
+
+    normalize = NormalizePass(NormalizeConfig())
+    noisy = "\x1b[31mred\x1b[0m trailing   \n" * 5
+    clean = normalize._normalized(noisy)
+    assert clean is not None and "\x1b" not in clean
+
+    class Evicting(type(normalize._memo)):  # type: ignore[misc]
+        def __contains__(self, key: object) -> bool:  # says yes, then forgets it
+            found = super().__contains__(key)
+            self.clear()
+            return found
+
+    memo = Evicting(1_000, 1_000_000)
+    memo.put(noisy, clean, 1_000)
+    normalize._memo = memo
+    assert normalize._normalized(noisy) == clean

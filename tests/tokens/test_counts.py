@@ -82,17 +82,43 @@ def no_memo_budget() -> Iterator[None]:
         set_memo_budget(DEFAULT_MEMO_BUDGET)
 
 
-def test_memo_is_bounded_by_characters(no_memo_budget: None) -> None:
-    counter = TokenCounter(max_chars=1000)  # its own bound (no process budget shares it)
+def test_memo_is_bounded_by_bytes(no_memo_budget: None) -> None:
+    counter = TokenCounter(max_bytes=2500)  # its own bound (no process budget shares it)
     for i in range(50):
-        counter.count_text(f"{i:03d} " + "x" * 96)  # 100 characters each
-    assert counter._chars <= 1000
+        counter.count_text(f"{i:03d} " + "x" * 96)  # 100 characters + 150 per entry
+    assert counter.weight <= 2500
     assert len(counter._memo) == 10
     misses = counter.misses
     counter.count_text("049 " + "x" * 96)  # newest entry: still cached
     assert counter.misses == misses
     counter.count_text("000 " + "x" * 96)  # oldest: evicted, counted again
     assert counter.misses == misses + 1
+
+
+def test_counts_stay_right_while_other_threads_evict(no_memo_budget: None) -> None:
+    import threading
+
+    counter = TokenCounter(max_bytes=20_000)
+    texts = [f"{i} " + "word " * (i % 7 + 1) for i in range(400)]
+    expected = {t: len(counter._encoding.encode_ordinary(t)) for t in texts}
+    errors: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for k in range(4_000):
+                text = texts[(k * 7 + offset) % len(texts)]
+                assert counter.count_text(text) == expected[text]
+                if k % 50 == 0:
+                    counter.trim()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and counter.weight <= 20_000
 
 
 def test_an_item_counts_the_same_whichever_api_the_process_saw_it_under_first() -> None:

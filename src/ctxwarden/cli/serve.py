@@ -35,7 +35,7 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--read-timeout", "seconds between upstream bytes before 504", 600.0),
     ("--max-body-bytes", "largest body condensed (larger: forwarded untouched)", 32 * 1024 * 1024),
     ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),
-    ("--memo-mb", "estimated MB all memos keep together (0: none kept; default 512)", None),
+    ("--memo-mb", "estimated MB the memos keep together (0: none kept; default 512)", None),
     ("--log-level", "debug | info | warning | error", "info"),
 )
 
@@ -134,14 +134,11 @@ def settings_from_args(
 
 def _serve(args: argparse.Namespace) -> int:
     from ctxwarden.engine import Engine
-    from ctxwarden.memo import set_memo_budget
     from ctxwarden.proxy import build_app, serve_forever
     from ctxwarden.telemetry import configure_json_logging
 
     settings, config, level = settings_from_args(args)
     configure_json_logging(getattr(logging, level.upper(), logging.INFO))
-    if settings.memo_mb is not None:
-        set_memo_budget(int(settings.memo_mb * 1024 * 1024))
     engine = Engine(config)
     try:
         asyncio.run(_run_proxy(engine, settings, build_app, serve_forever, args.fake_upstream))

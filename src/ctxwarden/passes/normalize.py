@@ -80,6 +80,9 @@ def _keeps_error_lines(text: str, normalized: str) -> bool:
     return all(line in normalized for line in error_lines(text))
 
 
+_MISSING = object()
+
+
 class NormalizePass:
     """Rewrites noisy outputs to their normalized form plus a reference to the exact text."""
 
@@ -90,8 +93,9 @@ class NormalizePass:
         self._memo: BoundedMemo[str, str | None] = BoundedMemo(TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES)
 
     def _normalized(self, text: str) -> str | None:
-        if text in self._memo:
-            return self._memo.get(text, None)
+        found = self._memo.get(text, _MISSING)  # None is a memoized answer
+        if found is not _MISSING:
+            return found  # type: ignore[return-value]
         result: str | None = normalize_text(text, self.config.repeat_run, self.config.minify_json)
         if result == text or (result is not None and not _keeps_error_lines(text, result)):
             result = None

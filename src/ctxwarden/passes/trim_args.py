@@ -83,6 +83,9 @@ def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
     return node, False
 
 
+_MISSING = object()
+
+
 class TrimArgsPass:
     """Condenses long string values of old tool-call arguments (lossy, recallable)."""
 
@@ -93,8 +96,9 @@ class TrimArgsPass:
         self._memo: BoundedMemo[str, str | None] = BoundedMemo(TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES)
 
     def _trimmed(self, arguments: str) -> str | None:
-        if arguments in self._memo:
-            return self._memo.get(arguments, None)
+        found = self._memo.get(arguments, _MISSING)  # None is a memoized answer
+        if found is not _MISSING:
+            return found  # type: ignore[return-value]
         result: str | None = None
         ref = ref_for(arguments)
         try:

@@ -25,6 +25,7 @@ import orjson
 from aiohttp import web
 
 from ctxwarden.engine import Engine
+from ctxwarden.memo import set_memo_budget
 from ctxwarden.proxy.handlers import handle_condensed, handle_forward
 from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.settings import ProxySettings
@@ -63,8 +64,11 @@ def build_app(
     """A ready-to-run app; the engine stays owned by the caller (not closed here).
 
     ``tenant_secret`` defaults to the per-data-dir secret (created on first use).
+    ``settings.memo_mb``, when given, sets the process's memo budget.
     """
     settings = settings or ProxySettings()
+    if settings.memo_mb is not None:
+        set_memo_budget(int(settings.memo_mb * 1024 * 1024))
     if tenant_secret is None:
         folder = settings.data_dir or engine.config.data_dir or str(default_data_dir())
         tenant_secret = load_or_create_secret(Path(folder))

@@ -47,8 +47,8 @@ class ProxySettings:
     memo_mb: float | None = None
     """Estimated MB the process's memos keep together (None: the default budget,
     :data:`ctxwarden.memo.DEFAULT_MEMO_BUDGET`, 512 MB).
-    Process-wide: ``ctxwarden serve`` applies it with
-    :func:`ctxwarden.memo.set_memo_budget` before it builds the engine."""
+    Process-wide: :func:`ctxwarden.proxy.build_app` applies it with
+    :func:`ctxwarden.memo.set_memo_budget`."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

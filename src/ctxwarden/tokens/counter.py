@@ -2,9 +2,9 @@
 
 Agents resend their whole history every turn, so counts are memoized by content:
 a text seen before is never encoded again. The memo is bounded (least recently used
-entries are dropped past ``max_entries`` entries or ``max_chars`` characters; the
-characters bound takes its share of the process's memo budget,
-:func:`ctxwarden.memo.set_memo_budget`).
+entries are dropped past ``max_entries`` entries or ``max_bytes`` estimated bytes: a
+text's characters plus about 150 bytes per entry; the bound takes its share of the
+process's memo budget, :func:`ctxwarden.memo.set_memo_budget`).
 
 Models with a public tokenizer are counted exactly; others (Anthropic and unknown
 families) get a calibrated estimate from o200k counts with an explicit confidence.
@@ -12,12 +12,14 @@ families) get a calibrated estimate from o200k counts with an explicit confidenc
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import orjson
 
-from ctxwarden.memo import register_budgeted
+from ctxwarden.memo import register_budgeted, share
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
     MediaPart,
@@ -33,6 +35,13 @@ from ctxwarden.tokens.encoding import get_encoding
 __all__ = ["MESSAGE_OVERHEAD", "TokenCounter", "TokenizerSpec"]
 
 MESSAGE_OVERHEAD = 4
+
+_TEXT_ENTRY_BYTES = 150
+"""About what a memoized text costs besides its characters (string header, ordered
+dict node, count)."""
+
+_MESSAGE_ENTRY_BYTES = 200
+"""About what a memoized message count costs (key tuple, item hash string, count)."""
 """Tokens a chat format adds per message (role and separators)."""
 MEDIA_TOKENS = 765
 """Flat estimate for an image or file reference (a high-detail 512px tile set)."""
@@ -59,7 +68,7 @@ class TokenCounter:
         spec: TokenizerSpec | None = None,
         *,
         max_entries: int = 200_000,
-        max_chars: int = 64_000_000,
+        max_bytes: int = 96_000_000,
     ) -> None:
         self.spec = spec or TokenizerSpec()
         self._encoding = get_encoding(self.spec.encoding)
@@ -67,25 +76,25 @@ class TokenCounter:
         self._message_memo: dict[tuple[str, str], int] = {}
         """Message counts by API and item hash: one item JSON parses differently per API."""
         self._max_entries = max_entries
-        self._max_chars = max_chars
-        self._default_chars = max_chars
-        self._chars = 0
+        self._own_bytes = max_bytes
+        self._bytes = 0
+        self._lock = threading.Lock()
+        """Held to store and evict; a lookup takes none (another thread may evict)."""
         self.hits = 0
         self.misses = 0
         register_budgeted(self)
 
     @property
-    def default_bytes(self) -> int:
-        """The memo's character bound without a budget (a character: about a byte)."""
-        return self._default_chars
+    def own_bytes(self) -> int:
+        return self._own_bytes
 
     @property
     def weight(self) -> int:
-        return self._chars
+        return self._bytes + _MESSAGE_ENTRY_BYTES * len(self._message_memo)
 
-    def set_max_bytes(self, max_bytes: int) -> None:
-        self._max_chars = max_bytes
-        self._evict()
+    def trim(self) -> None:
+        with self._lock:
+            self._evict(share(self._own_bytes))
 
     @property
     def confidence(self) -> float:
@@ -98,20 +107,28 @@ class TokenCounter:
         cached = memo.get(text)
         if cached is not None:
             self.hits += 1
-            memo.move_to_end(text)
+            with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
+                memo.move_to_end(text)
             return cached
         self.misses += 1
         n = len(self._encoding.encode_ordinary(text))
-        memo[text] = n
-        self._chars += len(text)
-        self._evict()
+        with self._lock:
+            if text not in memo:
+                memo[text] = n
+                self._bytes += len(text) + _TEXT_ENTRY_BYTES
+            self._evict(share(self._own_bytes))
         return n
 
-    def _evict(self) -> None:
+    def _evict(self, max_bytes: int) -> None:
+        """Drop the oldest message counts past half of ``max_bytes``, then the least
+        recently used texts past the bounds (the lock is held)."""
         memo = self._memo
-        while memo and (len(memo) > self._max_entries or self._chars > self._max_chars):
+        messages = self._message_memo
+        while messages and _MESSAGE_ENTRY_BYTES * len(messages) > max_bytes // 2:
+            messages.pop(next(iter(messages)), None)
+        while memo and (len(memo) > self._max_entries or self.weight > max_bytes):
             evicted, _ = memo.popitem(last=False)
-            self._chars -= len(evicted)
+            self._bytes -= len(evicted) + _TEXT_ENTRY_BYTES
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` (scaled for estimated tokenizers)."""
@@ -161,9 +178,11 @@ class TokenCounter:
             key = (api, item_hash)
             n = memo.get(key)
             if n is None:
-                n = memo[key] = self.count_message(message)
-                if len(memo) > self._max_entries:
-                    del memo[next(iter(memo))]
+                n = self.count_message(message)
+                with self._lock:
+                    memo[key] = n
+                    if len(memo) > self._max_entries:
+                        memo.pop(next(iter(memo)), None)
             out.append(n)
         return out
 
