@@ -157,8 +157,11 @@ def argument_error_lines(arguments: str) -> frozenset[str]:
 
 _WORD_RE = re.compile(r"[A-Za-z0-9_$][A-Za-z0-9_$./:-]*[A-Za-z0-9_$]|\d{2,}")
 _PATH_RE = re.compile(
-    r"(?:[\w.-]+/)+[\w.-]+"
-    r"|[\w-]+\.(?:py|java|js|ts|go|rs|c|h|cpp|rb|md|txt|json|toml|yaml|yml|cfg|ini|xml|sh)\b"
+    # each alternative starts only where a run of its characters starts: a match from
+    # inside a run would be the same match, and trying every position of a long word
+    # (a base64 blob in a command) took time quadratic in its length
+    r"(?<![\w.-])(?:[\w.-]+/)+[\w.-]+"
+    r"|(?<![\w-])[\w-]+\.(?:py|java|js|ts|go|rs|c|h|cpp|rb|md|txt|json|toml|yaml|yml|cfg|ini|xml|sh)\b"
 )
 
 
