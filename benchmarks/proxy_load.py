@@ -77,7 +77,7 @@ def rss_kb(pid: int) -> int:
 
 async def wait_up(url: str) -> None:
     async with aiohttp.ClientSession() as s:
-        for _ in range(200):
+        for _ in range(400):  # 20 s
             try:
                 async with s.get(url) as r:
                     if r.status < 500:
