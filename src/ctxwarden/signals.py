@@ -32,7 +32,7 @@ __all__ = [
 _ERROR_RE = re.compile(
     r"""(
         Traceback\ \(most\ recent\ call\ last\)
-      | \b[A-Za-z_.]*(?:Error|Exception|Failure|Fault)\b\s*[:(]
+      | \b[A-Za-z_]*(?:Error|Exception|Failure|Fault)\b\s*[:(]
       | \b(?:error|ERROR|Error)\b\s*[:\[]
       | \bFAIL(?:ED|URE|S)?\b
       | \bfatal\b\s*:
@@ -112,8 +112,14 @@ def _candidate_line_starts(text: str) -> list[int]:
             if end < 0:
                 break
             i = text.find(keyword, end + 1)
+    line_end = -1
     for match in _E_LINE_RE.finditer(text):
+        if match.start() < line_end:
+            continue  # on the line of the hit before (searching back again is quadratic)
         starts.add(text.rfind("\n", 0, match.start()) + 1)
+        line_end = text.find("\n", match.start())
+        if line_end < 0:
+            break
     return sorted(starts)
 
 
