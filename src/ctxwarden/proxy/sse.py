@@ -54,27 +54,40 @@ class SSESplitter:
     """Feed bytes, get complete events (see module docstring)."""
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._scanned = 0
+        """Bytes of the buffer already searched for a boundary (none there): a chunk
+        costs a search of itself, not of the whole incomplete event again."""
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        self._buffer += chunk
+        buffer = self._buffer
+        buffer += chunk
         events: list[SSEEvent] = []
+        taken = 0
+        # a boundary is at most 4 bytes: one ending in the new chunk starts at most 3
+        # bytes before it
+        search_from = max(0, self._scanned - 3)
         while True:
-            match = _BOUNDARY.search(self._buffer)
+            match = _BOUNDARY.search(buffer, search_from)
             if match is None:
                 break
-            raw = self._buffer[: match.end()]
-            self._buffer = self._buffer[match.end() :]
+            raw = bytes(buffer[taken : match.end()])
+            taken = search_from = match.end()
             event = _parse(raw)
             if event is not None:
                 events.append(event)
-        if len(self._buffer) > MAX_EVENT_BYTES:  # hostile or broken stream: stop parsing
-            self._buffer = b""
+        del buffer[:taken]
+        self._scanned = len(buffer)
+        if len(buffer) > MAX_EVENT_BYTES:  # hostile or broken stream: stop parsing
+            buffer.clear()
+            self._scanned = 0
         return events
 
     def flush(self) -> list[SSEEvent]:
         """The trailing event of a stream that did not end with a blank line."""
-        raw, self._buffer = self._buffer, b""
+        raw = bytes(self._buffer)
+        self._buffer.clear()
+        self._scanned = 0
         event = _parse(raw + b"\n\n") if raw.strip() else None
         return [event] if event else []
 
