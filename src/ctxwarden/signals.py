@@ -18,6 +18,7 @@ import orjson
 from ctxwarden.memo import text_memo
 
 __all__ = [
+    "LineSearch",
     "argument_error_lines",
     "command_of",
     "distinctive_set",
@@ -97,6 +98,24 @@ def error_lines(text: str, limit: int | None = None) -> list[str]:
     Uncapped by default: every error line of a condensed part must stay visible, so a
     cap here would hide the ones past it from the passes and their checks alike."""
     return list(_error_lines(text, limit))
+
+
+class LineSearch:
+    """``needle in LineSearch(text)`` is ``needle in text``, answered by a set lookup
+    when the needle is a whole line of ``text`` (an error line still shown as it was)
+    and by a search otherwise: testing thousands of error lines of a big output against
+    another costs a pass over each text, not one search per line."""
+
+    __slots__ = ("_lines", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._lines: frozenset[str] | None = None
+
+    def __contains__(self, needle: str) -> bool:
+        if self._lines is None:
+            self._lines = frozenset(self.text.split("\n"))
+        return needle in self._lines or needle in self.text
 
 
 def _candidate_line_starts(text: str) -> list[int]:

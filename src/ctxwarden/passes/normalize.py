@@ -16,7 +16,7 @@ from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footpr
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
-from ctxwarden.signals import error_lines
+from ctxwarden.signals import LineSearch, error_lines
 
 __all__ = ["NormalizePass", "minified_json", "normalize_text"]
 
@@ -77,7 +77,8 @@ def _keeps_error_lines(text: str, normalized: str) -> bool:
     coloured or CR-ended error line would fail the condenser's error-line check: the
     rewrite would be rolled back and, being proposed, keep every later pass (a mask
     that keeps the line verbatim) off the segment."""
-    return all(line in normalized for line in error_lines(text))
+    shown = LineSearch(normalized)
+    return all(line in shown for line in error_lines(text))
 
 
 _MISSING = object()
