@@ -156,9 +156,38 @@ def placeholder_parts(
     body.extend(e for e in errors if e not in shown_lines)
     body.extend(shown(i) for i in tail)
     shown_text = "\n".join(body)
-    keywords = tuple(
-        w
-        for w, score in mention_scores(text)
-        if score >= digest.min_mention_score and w not in shown_text and w not in error_set
-    )
+    keywords = tuple(_not_shown(mention_scores(text), shown_text, error_set, digest))
     return shown_text, errors, keywords
+
+
+_SEARCH_BUDGET = 256 * 1024 * 1024
+"""Characters one placeholder may search to tell which mentions its body already shows
+(about a quarter of a second). Past it the other mentions count as not shown: listed,
+a few tokens more, never less shown. An output with thousands of distinct error lines
+(all shown) and as many hidden names took seconds per placeholder without it."""
+
+_TOKENS = (re.compile(r"\S+"), re.compile(r"[\w./-]+"), re.compile(r"\w+"))
+
+
+def _not_shown(
+    scored: Collection[tuple[str, float]], shown_text: str, error_set: set[str], digest: Digest
+) -> list[str]:
+    """The mentions scoring enough that ``shown_text`` does not hold, in order: a
+    mention that is a whole token of it is shown without a search (see
+    :data:`_SEARCH_BUDGET` for the others)."""
+    tokens: set[str] | None = None
+    budget = _SEARCH_BUDGET
+    out = []
+    for w, score in scored:
+        if score < digest.min_mention_score or w in error_set:
+            continue
+        if tokens is None:
+            tokens = {t for pattern in _TOKENS for t in pattern.findall(shown_text)}
+        if w in tokens:
+            continue
+        if budget > 0:
+            budget -= len(shown_text)
+            if w in shown_text:
+                continue
+        out.append(w)
+    return out
