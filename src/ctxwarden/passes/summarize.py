@@ -27,6 +27,31 @@ MAX_PATH_LINES = 3
 MAX_PATH_LINE = 200
 
 
+SEARCH_BUDGET = 256 * 1024 * 1024
+"""Characters one summary may search for lines the lead holds (about a quarter of a
+second); past it a line counts as not in the lead and may be kept: a longer summary,
+never a lost line. A text opening with a long list searched the list once per line."""
+
+
+class _LeadSearch:
+    """``line in _LeadSearch(lead)`` is ``line in lead``: a line that is one of the
+    lead's own lines (stripped) by a set lookup, others by a search within the
+    budget, then ``False``."""
+
+    def __init__(self, lead: str) -> None:
+        self.lead = lead
+        self.lines = {line.strip() for line in lead.split("\n")}
+        self.budget = SEARCH_BUDGET
+
+    def __contains__(self, stripped: str) -> bool:
+        if stripped in self.lines:
+            return True
+        if self.budget <= 0:
+            return False
+        self.budget -= len(self.lead)
+        return stripped in self.lead
+
+
 @text_memo()
 def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...]]:
     """The extractive summary of ``text`` and the error lines it keeps."""
@@ -39,6 +64,7 @@ def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...
         taken.append(sentence)
         words += len(sentence.split())
     lead = " ".join(taken).strip()
+    in_lead = _LeadSearch(lead)
     kept: list[str] = []
     path_lines = 0
     for line in text.split("\n"):
@@ -47,7 +73,7 @@ def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...
             continue
         if is_error_line(line):  # always verbatim, even the lead's own line
             kept.append(line)
-        elif stripped in lead or lead in stripped:
+        elif stripped in in_lead or lead in stripped:
             continue  # the lead's own line (a one-paragraph text is all one line)
         elif path_lines < MAX_PATH_LINES and len(stripped) <= MAX_PATH_LINE and paths_in(line):
             kept.append(line)

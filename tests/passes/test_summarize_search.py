@@ -1,0 +1,51 @@
+"""The summary's lead search: the same summary as testing every line against the lead
+with ``in``, and bounded on a text that opens with a long list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxwarden.passes import summarize
+from ctxwarden.passes.summarize import extract_summary
+
+_PIECES = st.sampled_from(
+    ["Fixed it", ". ", "! ", "\n", "  ", "see src/app.py", "- item", "Error: boom", "done",
+     "the parser now reads headers and keeps them", "x", "tests/test_a.py::test_b", "?"]
+)  # fmt: skip
+
+
+def _plain(text: str, keep: int, monkeypatch: Any) -> tuple[str, tuple[str, ...]]:
+    class Plain:
+        def __init__(self, lead: str) -> None:
+            self.lead = lead
+
+        def __contains__(self, line: str) -> bool:
+            return line in self.lead
+
+    monkeypatch.setattr(summarize, "_LeadSearch", Plain)
+    try:
+        return extract_summary.__wrapped__(text, keep)  # type: ignore[attr-defined,no-any-return]
+    finally:
+        monkeypatch.undo()
+
+
+@settings(max_examples=300)
+@given(st.lists(_PIECES, max_size=40).map("".join), st.integers(1, 2))
+def test_the_summary_is_the_one_plain_in_gives(text: str, keep: int) -> None:
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        assert extract_summary.__wrapped__(text, keep) == _plain(text, keep, mp)  # type: ignore[attr-defined]
+
+
+def test_past_the_budget_a_line_counts_as_not_in_the_lead(monkeypatch: Any) -> None:
+    listing = "\n".join(f"- step {i} touches src/mod_{i}.py" for i in range(40))
+    text = listing + ". Then more. \nsrc/mod_1.py"  # a part of a lead line, not one
+    full, _ = extract_summary.__wrapped__(text, 1)
+    assert "\nsrc/mod_1.py" not in full  # searched: the lead holds it
+    monkeypatch.setattr(summarize, "SEARCH_BUDGET", 0)
+    bounded, _ = extract_summary.__wrapped__(text, 1)
+    assert bounded == full + "\nsrc/mod_1.py"  # not searched: kept, nothing lost
