@@ -26,9 +26,13 @@ __all__ = ["MAX_LINE", "distinctive_tokens", "error_lines"]
 
 MAX_LINE = 300
 
-_CANDIDATE = re.compile(r"[A-Za-z0-9_./\-]*(?:[/_.0-9]|[a-z][A-Z])[A-Za-z0-9_./\-]*")
+_CANDIDATE = re.compile(
+    r"(?<![A-Za-z0-9_./\-])[A-Za-z0-9_./\-]*(?:[/_.0-9]|[a-z][A-Z])[A-Za-z0-9_./\-]*"
+)
 """Runs of token characters holding a separator, a digit or an inner capital: the only
-runs that can be distinctive (plain words are skipped inside the regex engine)."""
+runs that can be distinctive (plain words are skipped inside the regex engine). A match
+covers its whole run, so it starts only where a run starts: trying every position of a
+long plain run (a ``-----`` rule) took time quadratic in its length."""
 _CAMEL = re.compile(r"[a-z][A-Z]")
 _DIGITS = re.compile(r"\d{2,}")
 _ERROR = re.compile(
@@ -85,9 +89,9 @@ def error_lines(text: str) -> set[str]:
         return out
     last_end = -1
     for match in _ERROR.finditer(text):
+        if match.start() <= last_end:
+            continue  # on the line reported last (searching back again is quadratic)
         start = text.rfind("\n", 0, match.start()) + 1
-        if start <= last_end:
-            continue
         end = text.find("\n", match.end())
         if end < 0:
             end = len(text)
