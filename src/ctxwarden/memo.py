@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_MEMO_BUDGET",
     "MESSAGE_MEMO_BYTES",
     "MESSAGE_MEMO_LIMIT",
+    "MISSING",
     "TEXT_MEMO_BYTES",
     "TEXT_MEMO_LIMIT",
     "BoundedMemo",
@@ -262,7 +263,9 @@ class BoundedMemo(Generic[K, V]):
             self._bytes = 0
 
 
-_MISSING = object()
+MISSING: Any = object()
+"""What ``BoundedMemo.get(key, MISSING)`` returns for an absent key, where ``None`` is
+a memoized answer."""
 
 
 def text_memo(
@@ -278,9 +281,9 @@ def text_memo(
         @functools.wraps(function)
         def cached(*args: P.args, **kwargs: P.kwargs) -> V:
             key: Any = args[0] if len(args) == 1 and not kwargs else (args, *sorted(kwargs.items()))
-            found = memo.get(key, _MISSING)
-            if found is not _MISSING:
-                return found  # type: ignore[return-value]
+            found = memo.get(key, MISSING)
+            if found is not MISSING:
+                return found
             value = function(*args, **kwargs)
             weight = sum(footprint(a) for a in (*args, *kwargs.values())) + footprint(value)
             return memo.put(key, value, weight)

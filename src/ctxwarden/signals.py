@@ -11,6 +11,7 @@ keep visible so the agent can still find what an old output mentioned.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -18,7 +19,8 @@ import orjson
 from ctxwarden.memo import text_memo
 
 __all__ = [
-    "LineSearch",
+    "SEARCH_BUDGET",
+    "TextSearch",
     "argument_error_lines",
     "command_of",
     "distinctive_set",
@@ -100,22 +102,49 @@ def error_lines(text: str, limit: int | None = None) -> list[str]:
     return list(_error_lines(text, limit))
 
 
-class LineSearch:
-    """``needle in LineSearch(text)`` is ``needle in text``, answered by a set lookup
-    when the needle is a whole line of ``text`` (an error line still shown as it was)
-    and by a search otherwise: testing thousands of error lines of a big output against
-    another costs a pass over each text, not one search per line."""
+SEARCH_BUDGET = 256 * 1024 * 1024
+"""Characters a capped :class:`TextSearch` may search in all (about a quarter of a
+second). Thousands of needles each searched in a big text took seconds."""
 
-    __slots__ = ("_lines", "text")
 
-    def __init__(self, text: str) -> None:
+def _lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+class TextSearch:
+    """``needle in TextSearch(text)`` is ``needle in text``: a needle among the units of
+    ``text`` (``units(text)``, substrings of it; by default its lines, such as an error
+    line still shown as it was) is found by a set lookup, any other by a search, so
+    testing thousands of lines costs a pass over the text, not a search each.
+
+    ``capped``: the searches stop after :data:`SEARCH_BUDGET` characters in all; past
+    that a needle that is not a unit counts as absent. Only for callers to which
+    "absent" means showing more (a mention listed, a line kept), never less."""
+
+    __slots__ = ("_budget", "_units", "_units_of", "text")
+
+    def __init__(
+        self,
+        text: str,
+        units: Callable[[str], Iterable[str]] = _lines,
+        *,
+        capped: bool = False,
+    ) -> None:
         self.text = text
-        self._lines: frozenset[str] | None = None
+        self._units_of = units
+        self._units: frozenset[str] | None = None
+        self._budget = SEARCH_BUDGET if capped else None
 
     def __contains__(self, needle: str) -> bool:
-        if self._lines is None:
-            self._lines = frozenset(self.text.split("\n"))
-        return needle in self._lines or needle in self.text
+        if self._units is None:
+            self._units = frozenset(self._units_of(self.text))
+        if needle in self._units:
+            return True
+        if self._budget is not None:
+            if self._budget <= 0:
+                return False
+            self._budget -= len(self.text)
+        return needle in self.text
 
 
 def _candidate_line_starts(text: str) -> list[int]:

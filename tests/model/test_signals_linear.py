@@ -56,9 +56,9 @@ def test_long_lines_of_dots_and_e_hits_give_their_error_lines() -> None:
 @settings(max_examples=400)
 @given(st.lists(_PIECES, max_size=30).map("".join), st.lists(_PIECES, max_size=4).map("".join))
 def test_line_search_is_substring_search(text: str, needle: str) -> None:
-    from ctxwarden.signals import LineSearch
+    from ctxwarden.signals import TextSearch
 
-    shown = LineSearch(text)
+    shown = TextSearch(text)
     assert (needle in shown) == (needle in text)
     for line in text.split("\n"):
         assert line in shown

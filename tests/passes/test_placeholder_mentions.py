@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxwarden.passes import placeholder
+from ctxwarden import signals
 from ctxwarden.passes.placeholder import Digest, _not_shown
 
 _WORDS = st.sampled_from(
@@ -45,7 +45,7 @@ def test_past_the_search_bound_mentions_are_listed_not_dropped(monkeypatch: Any)
     digest = Digest()
     exact = _not_shown(scored, shown, set(), digest)
     assert exact == ["absent_name"]  # each step{i} is inside a shown token: a search
-    monkeypatch.setattr(placeholder, "_SEARCH_BUDGET", 10 * len(shown))
+    monkeypatch.setattr(signals, "SEARCH_BUDGET", 10 * len(shown))
     bounded = _not_shown(scored, shown, set(), digest)
     assert bounded[-1] == "absent_name" and set(exact) < set(bounded)
     assert bounded == [w for w, _ in scored[10:]]  # searched ten, listed the rest

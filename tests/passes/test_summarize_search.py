@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxwarden import signals
 from ctxwarden.passes import summarize
 from ctxwarden.passes.summarize import extract_summary
 
@@ -19,13 +20,13 @@ _PIECES = st.sampled_from(
 
 def _plain(text: str, keep: int, monkeypatch: Any) -> tuple[str, tuple[str, ...]]:
     class Plain:
-        def __init__(self, lead: str) -> None:
+        def __init__(self, lead: str, *_args: Any, **_kwargs: Any) -> None:
             self.lead = lead
 
         def __contains__(self, line: str) -> bool:
             return line in self.lead
 
-    monkeypatch.setattr(summarize, "_LeadSearch", Plain)
+    monkeypatch.setattr(summarize, "TextSearch", Plain)
     try:
         return extract_summary.__wrapped__(text, keep)  # type: ignore[attr-defined,no-any-return]
     finally:
@@ -46,6 +47,6 @@ def test_past_the_budget_a_line_counts_as_not_in_the_lead(monkeypatch: Any) -> N
     text = listing + ". Then more. \nsrc/mod_1.py"  # a part of a lead line, not one
     full, _ = extract_summary.__wrapped__(text, 1)
     assert "\nsrc/mod_1.py" not in full  # searched: the lead holds it
-    monkeypatch.setattr(summarize, "SEARCH_BUDGET", 0)
+    monkeypatch.setattr(signals, "SEARCH_BUDGET", 0)
     bounded, _ = extract_summary.__wrapped__(text, 1)
     assert bounded == full + "\nsrc/mod_1.py"  # not searched: kept, nothing lost

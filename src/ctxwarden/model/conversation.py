@@ -8,10 +8,15 @@ from typing import Any, Literal
 
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 
-__all__ = ["API_NAMES", "ApiName", "Conversation", "Message", "message_footprint", "newest_start"]
+__all__ = ["API_NAMES", "ApiName", "Conversation", "Message", "newest_start"]
 
 ApiName = Literal["openai.chat", "openai.responses", "anthropic.messages"]
 API_NAMES: tuple[ApiName, ...] = ("openai.chat", "openai.responses", "anthropic.messages")
+
+
+_PART_BYTES = 120
+"""About what a part object and its path cost besides its strings
+(:meth:`Message.footprint`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,7 +45,20 @@ class Message:
         """An estimate of the bytes the message keeps alive (its texts, arguments and
         opaque JSON, plus a small object's size per part): what a memo holding it
         weighs."""
-        return message_footprint(self)
+        total = _PART_BYTES
+        for part in self.parts:
+            total += _PART_BYTES
+            if isinstance(part, ToolResultPart):
+                for sub in part.content:
+                    total += _PART_BYTES + len(
+                        getattr(sub, "text", "") or getattr(sub, "raw_json", "")
+                    )
+                continue
+            for name in ("text", "arguments", "raw_json", "name"):
+                value = getattr(part, name, None)
+                if isinstance(value, str):
+                    total += len(value)
+        return total
 
     def text_parts(self) -> Iterator[TextPart]:
         """Every text part, including those nested in tool results."""
@@ -129,23 +147,3 @@ def newest_start(roles: Sequence[str]) -> int:
     while i >= 0 and roles[i] != "assistant":
         i -= 1
     return i + 1
-
-
-_PART_BYTES = 120
-"""About what a part object and its path cost besides its strings."""
-
-
-def message_footprint(message: Message) -> int:
-    """See :meth:`Message.footprint`."""
-    total = _PART_BYTES
-    for part in message.parts:
-        total += _PART_BYTES
-        if isinstance(part, ToolResultPart):
-            for sub in part.content:
-                total += _PART_BYTES + len(getattr(sub, "text", "") or getattr(sub, "raw_json", ""))
-            continue
-        for name in ("text", "arguments", "raw_json", "name"):
-            value = getattr(part, name, None)
-            if isinstance(value, str):
-                total += len(value)
-    return total

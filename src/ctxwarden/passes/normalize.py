@@ -12,11 +12,11 @@ import json
 import re
 from collections.abc import Mapping
 
-from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
+from ctxwarden.memo import MISSING, TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
-from ctxwarden.signals import LineSearch, error_lines
+from ctxwarden.signals import TextSearch, error_lines
 
 __all__ = ["NormalizePass", "minified_json", "normalize_text"]
 
@@ -77,11 +77,8 @@ def _keeps_error_lines(text: str, normalized: str) -> bool:
     coloured or CR-ended error line would fail the condenser's error-line check: the
     rewrite would be rolled back and, being proposed, keep every later pass (a mask
     that keeps the line verbatim) off the segment."""
-    shown = LineSearch(normalized)
+    shown = TextSearch(normalized)
     return all(line in shown for line in error_lines(text))
-
-
-_MISSING = object()
 
 
 class NormalizePass:
@@ -94,9 +91,9 @@ class NormalizePass:
         self._memo: BoundedMemo[str, str | None] = BoundedMemo(TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES)
 
     def _normalized(self, text: str) -> str | None:
-        found = self._memo.get(text, _MISSING)  # None is a memoized answer
-        if found is not _MISSING:
-            return found  # type: ignore[return-value]
+        found: str | None = self._memo.get(text, MISSING)  # None is a memoized answer
+        if found is not MISSING:
+            return found
         result: str | None = normalize_text(text, self.config.repeat_run, self.config.minify_json)
         if result == text or (result is not None and not _keeps_error_lines(text, result)):
             result = None

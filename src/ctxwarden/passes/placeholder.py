@@ -28,7 +28,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ctxwarden.passes.base import Segment
-from ctxwarden.signals import error_lines, exit_status, mention_scores
+from ctxwarden.signals import TextSearch, error_lines, exit_status, mention_scores
 
 __all__ = ["Digest", "build_placeholder", "describe", "mentions_line", "placeholder_parts"]
 
@@ -160,34 +160,24 @@ def placeholder_parts(
     return shown_text, errors, keywords
 
 
-_SEARCH_BUDGET = 256 * 1024 * 1024
-"""Characters one placeholder may search to tell which mentions its body already shows
-(about a quarter of a second). Past it the other mentions count as not shown: listed,
-a few tokens more, never less shown. An output with thousands of distinct error lines
-(all shown) and as many hidden names took seconds per placeholder without it."""
-
 _TOKENS = (re.compile(r"\S+"), re.compile(r"[\w./-]+"), re.compile(r"\w+"))
+
+
+def _tokens(text: str) -> set[str]:
+    return {t for pattern in _TOKENS for t in pattern.findall(text)}
 
 
 def _not_shown(
     scored: Collection[tuple[str, float]], shown_text: str, error_set: set[str], digest: Digest
 ) -> list[str]:
     """The mentions scoring enough that ``shown_text`` does not hold, in order: a
-    mention that is a whole token of it is shown without a search (see
-    :data:`_SEARCH_BUDGET` for the others)."""
-    tokens: set[str] | None = None
-    budget = _SEARCH_BUDGET
-    out = []
-    for w, score in scored:
-        if score < digest.min_mention_score or w in error_set:
-            continue
-        if tokens is None:
-            tokens = {t for pattern in _TOKENS for t in pattern.findall(shown_text)}
-        if w in tokens:
-            continue
-        if budget > 0:
-            budget -= len(shown_text)
-            if w in shown_text:
-                continue
-        out.append(w)
-    return out
+    mention that is a whole token of it is shown without a search, and the searches
+    are capped (an output with thousands of distinct error lines, all shown, and as
+    many hidden names took seconds per placeholder); past the cap a mention counts as
+    not shown and is listed: a few tokens more, never less shown."""
+    shown = TextSearch(shown_text, _tokens, capped=True)
+    return [
+        w
+        for w, score in scored
+        if score >= digest.min_mention_score and w not in error_set and w not in shown
+    ]

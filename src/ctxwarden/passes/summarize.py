@@ -16,7 +16,7 @@ from ctxwarden.memo import text_memo
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import SummarizeConfig
-from ctxwarden.signals import error_lines, is_error_line, paths_in
+from ctxwarden.signals import TextSearch, error_lines, is_error_line, paths_in
 
 __all__ = ["SummarizePass", "extract_summary"]
 
@@ -27,29 +27,8 @@ MAX_PATH_LINES = 3
 MAX_PATH_LINE = 200
 
 
-SEARCH_BUDGET = 256 * 1024 * 1024
-"""Characters one summary may search for lines the lead holds (about a quarter of a
-second); past it a line counts as not in the lead and may be kept: a longer summary,
-never a lost line. A text opening with a long list searched the list once per line."""
-
-
-class _LeadSearch:
-    """``line in _LeadSearch(lead)`` is ``line in lead``: a line that is one of the
-    lead's own lines (stripped) by a set lookup, others by a search within the
-    budget, then ``False``."""
-
-    def __init__(self, lead: str) -> None:
-        self.lead = lead
-        self.lines = {line.strip() for line in lead.split("\n")}
-        self.budget = SEARCH_BUDGET
-
-    def __contains__(self, stripped: str) -> bool:
-        if stripped in self.lines:
-            return True
-        if self.budget <= 0:
-            return False
-        self.budget -= len(self.lead)
-        return stripped in self.lead
+def _stripped_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.split("\n")]
 
 
 @text_memo()
@@ -64,7 +43,9 @@ def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...
         taken.append(sentence)
         words += len(sentence.split())
     lead = " ".join(taken).strip()
-    in_lead = _LeadSearch(lead)
+    # capped: past the cap a line counts as not in the lead and may be kept (a text
+    # opening with a long list searched the list once per line)
+    in_lead = TextSearch(lead, _stripped_lines, capped=True)
     kept: list[str] = []
     path_lines = 0
     for line in text.split("\n"):

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import SupersedeConfig
-from ctxwarden.signals import LineSearch, error_lines
+from ctxwarden.signals import TextSearch, error_lines
 
 __all__ = ["SupersedePass", "action_key"]
 
@@ -74,7 +74,7 @@ class SupersedePass:
                 lines = segment.text.count("\n") + 1
                 # error lines the witness does not show (the witness is the newest
                 # run's first block: the note's claim is checked against it)
-                shown = LineSearch(newest.text)
+                shown = TextSearch(newest.text)
                 kept = tuple(e for e in error_lines(segment.text) if e not in shown)
                 head = (
                     f"[ctxwarden: superseded by the same action in message "

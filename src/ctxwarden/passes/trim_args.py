@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
+from ctxwarden.memo import MISSING, TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
@@ -83,9 +83,6 @@ def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
     return node, False
 
 
-_MISSING = object()
-
-
 class TrimArgsPass:
     """Condenses long string values of old tool-call arguments (lossy, recallable)."""
 
@@ -96,9 +93,9 @@ class TrimArgsPass:
         self._memo: BoundedMemo[str, str | None] = BoundedMemo(TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES)
 
     def _trimmed(self, arguments: str) -> str | None:
-        found = self._memo.get(arguments, _MISSING)  # None is a memoized answer
-        if found is not _MISSING:
-            return found  # type: ignore[return-value]
+        found: str | None = self._memo.get(arguments, MISSING)  # None is a memoized answer
+        if found is not MISSING:
+            return found
         result: str | None = None
         ref = ref_for(arguments)
         try:

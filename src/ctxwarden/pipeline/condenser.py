@@ -41,7 +41,7 @@ from ctxwarden.pipeline.presets import (
 )
 from ctxwarden.pipeline.segments import SegmentCache, SegmentView, segment_view
 from ctxwarden.pipeline.state import Decision, SessionState
-from ctxwarden.signals import LineSearch, argument_error_lines, distinctive_set, error_lines
+from ctxwarden.signals import TextSearch, argument_error_lines, distinctive_set, error_lines
 from ctxwarden.store.base import Store
 from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
@@ -501,7 +501,7 @@ class Condenser:
         if rep.witness is not None:
             witness = applied.get(rep.witness)
             witness_text = witness.text if witness else view.text(rep.witness)
-        in_text, in_witness = LineSearch(rep.text), LineSearch(witness_text)
+        in_text, in_witness = TextSearch(rep.text), TextSearch(witness_text)
         return all(e in in_text or e in in_witness for e in errors)
 
     def _sent_elements(
