@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -520,32 +520,31 @@ def _wide(node: Any) -> bool:
     return False
 
 
+T = TypeVar("T")
+
 _INLINE_PARSE_BYTES = 256 * 1024
 
 
 async def _stdlib_reads(body: bytes, judge: Callable[[Any], bool]) -> bool:
     """``judge`` of ``body`` as Python's ``json`` reads it (exact integers, lone
     surrogates); False when it is not JSON. Large bodies are parsed off-loop."""
-
-    def read() -> bool:
-        try:
-            return judge(json.loads(body))
-        except (ValueError, RecursionError):
-            return False
-
-    if len(body) <= _INLINE_PARSE_BYTES:
-        return read()
-    return await asyncio.to_thread(read)
+    return await _stdlib_then(body, judge, False)
 
 
 async def _stdlib_load(body: bytes) -> Any:
     """``body`` as Python's ``json`` reads it; ``None`` when it is not JSON."""
+    return await _stdlib_then(body, lambda value: value, None)
 
-    def read() -> Any:
+
+async def _stdlib_then(body: bytes, then: Callable[[Any], T], not_json: T) -> T:
+    """``then`` of ``body`` as Python's ``json`` reads it, ``not_json`` when it is not
+    JSON; off-loop for a large body (``then`` too: it may walk the whole value)."""
+
+    def read() -> T:
         try:
-            return json.loads(body)
+            return then(json.loads(body))
         except (ValueError, RecursionError):
-            return None
+            return not_json
 
     if len(body) <= _INLINE_PARSE_BYTES:
         return read()
