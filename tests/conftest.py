@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from ctxwarden.io import bundled_sessions
+from ctxwarden.memo import DEFAULT_MEMO_BUDGET, set_memo_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -33,6 +34,16 @@ def load_fixture(name: str) -> Any:
 @pytest.fixture
 def bundled() -> list[Path]:
     return bundled_sessions()
+
+
+@pytest.fixture
+def no_memo_budget() -> Iterator[None]:
+    """No process memo budget during the test: each memo has its own bound."""
+    set_memo_budget(None)
+    try:
+        yield
+    finally:
+        set_memo_budget(DEFAULT_MEMO_BUDGET)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -9,7 +9,6 @@ classification done without any memo.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -111,17 +110,6 @@ def test_a_full_memo_drops_its_oldest_entries_not_everything() -> None:
     memo.put(8, 8, 1)  # past 8 entries: back to three quarters, the newest kept
     assert len(memo) == 6 and all(k in memo for k in range(3, 9))
     assert memo.get(2, None) is None and memo.get(8, None) == 8
-
-
-@pytest.fixture
-def no_memo_budget() -> Iterator[None]:
-    from ctxwarden.memo import DEFAULT_MEMO_BUDGET, set_memo_budget
-
-    set_memo_budget(None)
-    try:
-        yield
-    finally:
-        set_memo_budget(DEFAULT_MEMO_BUDGET)
 
 
 def test_a_memo_is_bounded_by_the_bytes_it_keeps_alive(no_memo_budget: None) -> None:

@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import openai
 import pytest
 
 from ctxwarden import Engine, EngineConfig
@@ -40,6 +41,19 @@ class Proxy:
 
 
 ProxyFactory = Callable[..., AbstractAsyncContextManager[Proxy]]
+
+
+def openai_client(proxy: Proxy) -> openai.AsyncOpenAI:
+    """The real SDK pointed at the proxy as tenant A, no retries."""
+    return openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0)
+
+
+async def respond(client: openai.AsyncOpenAI, stream: bool, **kwargs: Any) -> Any:
+    """One Responses call (``gpt-4o``), streamed or not; the final response."""
+    if not stream:
+        return await client.responses.create(model="gpt-4o", **kwargs)
+    async with client.responses.stream(model="gpt-4o", **kwargs) as s:
+        return await s.get_final_response()
 
 
 @pytest.fixture

@@ -15,11 +15,10 @@ from typing import Any
 
 import aiohttp
 import anthropic
-import openai
 import pytest
 
 from ctxwarden.proxy import RECALL_TOOL_NAME, FakeUpstream, Reply, ToolCall
-from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory, openai_client, respond
 
 ORIGINAL = "line 1\nline 2 secret-alpha\nline 3 secret-beta\nline 4"
 READ_ARGS = {"path": "a.py"}
@@ -45,17 +44,6 @@ def _mixed(ref: str, text: str = "") -> Reply:
     return Reply(text=text, tool_calls=calls)
 
 
-def _openai(proxy: Proxy) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0)
-
-
-async def _respond(client: openai.AsyncOpenAI, stream: bool, **kwargs: Any) -> Any:
-    if not stream:
-        return await client.responses.create(model="gpt-4o", **kwargs)
-    async with client.responses.stream(model="gpt-4o", **kwargs) as s:
-        return await s.get_final_response()
-
-
 def _calls(items: list[Any]) -> list[Any]:
     return [i for i in items if isinstance(i, dict) and i.get("type") == "function_call"]
 
@@ -74,15 +62,15 @@ async def test_responses_continuation_of_a_mixed_answer_is_accepted(
 ) -> None:
     ref = _ref(proxy)
     proxy.fake.script(_mixed(ref))
-    async with _openai(proxy) as c:
-        first = await _respond(c, stream, input=_prompt(ref), tools=RESPONSES_TOOLS)
+    async with openai_client(proxy) as c:
+        first = await respond(c, stream, input=_prompt(ref), tools=RESPONSES_TOOLS)
         # the client gets its own call exactly as the model made it, and no recall call
         calls = [i for i in first.output if i.type == "function_call"]
         assert [(i.name, i.call_id, i.arguments, i.id) for i in calls] == [
             ("read", "call_read_1", '{"path":"a.py"}', f"fc_{len(proxy.fake.received)}_1")
         ]
         given = [{"type": "function_call_output", "call_id": "call_read_1", "output": "print()"}]
-        second = await _respond(
+        second = await respond(
             c, stream, input=given, previous_response_id=first.id, tools=RESPONSES_TOOLS
         )
     assert second.output_text == "Hello from the fake upstream."
@@ -106,8 +94,8 @@ async def test_responses_stream_that_showed_output_before_recall_can_be_continue
     recall = ToolCall(RECALL_TOOL_NAME, {"ref": ref}, "call_recall_0")
     final = _mixed(ref, "Now reading.") if mixed else Reply(text="Done.")
     proxy.fake.script(Reply(text="Let me look.", tool_calls=[recall]), final)
-    async with _openai(proxy) as c:
-        first = await _respond(c, True, input=_prompt(ref), tools=RESPONSES_TOOLS)
+    async with openai_client(proxy) as c:
+        first = await respond(c, True, input=_prompt(ref), tools=RESPONSES_TOOLS)
         assert first.id == f"resp_fake{len(proxy.fake.received) - 1}"
         later = proxy.fake.received[-1].json()  # the continuation the proxy sent
         if mixed:
@@ -117,7 +105,7 @@ async def test_responses_stream_that_showed_output_before_recall_can_be_continue
             ]
         else:
             given = "thanks"
-        second = await _respond(
+        second = await respond(
             c, False, input=given, previous_response_id=first.id, tools=RESPONSES_TOOLS
         )
     assert second.output_text == "Hello from the fake upstream."
@@ -143,7 +131,7 @@ async def test_responses_recall_stripped_at_the_round_limit_is_answered_next_tur
     async with make_proxy(max_recall_rounds=1) as proxy:
         ref = _ref(proxy)
         proxy.fake.default = Reply(text="", tool_calls=[ToolCall(RECALL_TOOL_NAME, {"ref": ref})])
-        async with _openai(proxy) as c:
+        async with openai_client(proxy) as c:
             # a forced choice stays in the last round: the model calls recall again
             first = await c.responses.create(
                 model="gpt-4o", input=_prompt(ref), tools=RESPONSES_TOOLS, tool_choice="required"
@@ -163,12 +151,12 @@ async def test_responses_without_store_owe_nothing(proxy: Proxy, stream: bool) -
     """Nothing was stored: the client replays what it saw, which has no recall call."""
     ref = _ref(proxy)
     proxy.fake.script(_mixed(ref))
-    async with _openai(proxy) as c:
-        first = await _respond(c, stream, input=_prompt(ref), tools=RESPONSES_TOOLS, store=False)
+    async with openai_client(proxy) as c:
+        first = await respond(c, stream, input=_prompt(ref), tools=RESPONSES_TOOLS, store=False)
         seen = [i.model_dump(exclude_none=True) for i in first.output]
         output = {"type": "function_call_output", "call_id": "call_read_1", "output": "x"}
         given: Any = [{"role": "user", "content": _prompt(ref)}, *seen, output]
-        await _respond(c, stream, input=given, tools=RESPONSES_TOOLS, store=False)
+        await respond(c, stream, input=given, tools=RESPONSES_TOOLS, store=False)
     sent = proxy.fake.received[-1].json()
     assert [i["call_id"] for i in _calls(sent["input"])] == ["call_read_1"]
     assert _outputs(sent["input"]) == {"call_read_1": "x"}
@@ -181,7 +169,7 @@ async def test_chat_mixed_answer_gives_the_client_its_call_and_a_valid_history(
     ref = _ref(proxy)
     proxy.fake.script(_mixed(ref))
     messages: list[Any] = [{"role": "user", "content": _prompt(ref)}]
-    async with _openai(proxy) as c:
+    async with openai_client(proxy) as c:
         if stream:
             async with c.chat.completions.stream(
                 model="gpt-4o", messages=messages, tools=CHAT_TOOLS

@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 import aiohttp
-import openai
 import orjson
 import pytest
 
@@ -29,7 +28,7 @@ from ctxwarden import Engine, EngineConfig
 from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall
 from ctxwarden.proxy.dialects import DIALECTS
 from ctxwarden.proxy.rollout import KillSwitch, canary_key, decide
-from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory, openai_client, respond
 
 ORIGINAL = "line 1\nline 2 secret-alpha\nline 3 secret-beta\nline 4"
 TOOLS: Any = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
@@ -42,17 +41,6 @@ def _ref(proxy: Proxy) -> str:
 
 def _prompt(ref: str) -> str:
     return f"[output elided by ctxwarden: 4 lines; recall {ref}] read a.py too"
-
-
-def _openai(proxy: Proxy) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0)
-
-
-async def _respond(client: openai.AsyncOpenAI, stream: bool, **kwargs: Any) -> Any:
-    if not stream:
-        return await client.responses.create(model="gpt-4o", **kwargs)
-    async with client.responses.stream(model="gpt-4o", **kwargs) as s:
-        return await s.get_final_response()
 
 
 def _outputs(items: list[Any]) -> dict[str, Any]:
@@ -90,8 +78,8 @@ async def test_a_request_in_a_conversation_is_sent_once_without_the_recall_tool(
         Reply(text="", tool_calls=[ToolCall(RECALL_TOOL_NAME, {"ref": ref}, "call_r")]),
         Reply(text="done"),
     )
-    async with _openai(proxy) as c:
-        await _respond(
+    async with openai_client(proxy) as c:
+        await respond(
             c, stream, input=_prompt(ref), tools=TOOLS, extra_body={"conversation": "conv_123"}
         )
     assert len(proxy.fake.received) == 1
@@ -128,7 +116,7 @@ async def _stream_until_shown(proxy: Proxy, body: dict[str, Any], stop: Any) -> 
 
 
 async def _continue(proxy: Proxy, previous: str) -> Any:
-    async with _openai(proxy) as c:
+    async with openai_client(proxy) as c:
         return await c.responses.create(
             model="gpt-4o", input="continue", previous_response_id=previous, tools=TOOLS
         )
@@ -200,7 +188,7 @@ _GIVEN = {"type": "function_call_output", "call_id": "call_read_1", "output": "p
 async def _owed_first(proxy: Proxy) -> str:
     ref = _ref(proxy)
     proxy.fake.script(_mixed(ref))
-    async with _openai(proxy) as c:
+    async with openai_client(proxy) as c:
         first = await c.responses.create(model="gpt-4o", input=_prompt(ref), tools=TOOLS)
     assert [i.call_id for i in first.output if i.type == "function_call"] == ["call_read_1"]
     return str(first.id)
@@ -241,7 +229,7 @@ async def test_an_exact_request_that_owes_nothing_goes_out_as_sent(
     proxy: Proxy, previous: bool
 ) -> None:
     proxy.fake.script(Reply(text="hi"))
-    async with _openai(proxy) as c:
+    async with openai_client(proxy) as c:
         first = await c.responses.create(model="gpt-4o", input="hi")
     extra = f', "previous_response_id": "{first.id}"' if previous else ""
     raw = ('{"model":  "gpt-4o", "input": "go on\\u00e9", "n": 1.50' + extra + "}").encode()
@@ -318,12 +306,12 @@ async def test_a_responses_session_stays_on_one_canary_side(
             Reply(text="tests pass"),
         )
         kwargs: Any = {"instructions": instructions, "tools": TOOLS}
-        async with _openai(proxy) as c:
-            first = await _respond(c, stream, input=_TASK, **kwargs)
-            second = await _respond(
+        async with openai_client(proxy) as c:
+            first = await respond(c, stream, input=_TASK, **kwargs)
+            second = await respond(
                 c, stream, input=_GIVEN_READ, previous_response_id=first.id, **kwargs
             )
-            third = await _respond(
+            third = await respond(
                 c, stream, input="now run the tests", previous_response_id=second.id, **kwargs
             )
         assert third.output_text == "tests pass"
@@ -347,8 +335,8 @@ async def test_no_canary_key_is_kept_without_a_canary_split(
         put_state(tenant, session, state)
 
     monkeypatch.setattr(store, "put_state", spy)
-    async with _openai(proxy) as c:
+    async with openai_client(proxy) as c:
         for stream in (False, True):
-            first = await _respond(c, stream, input="hi", tools=TOOLS)
-            await _respond(c, stream, input="go on", previous_response_id=first.id, tools=TOOLS)
+            first = await respond(c, stream, input="hi", tools=TOOLS)
+            await respond(c, stream, input="go on", previous_response_id=first.id, tools=TOOLS)
     assert not [n for n in names if "canary" in n]

