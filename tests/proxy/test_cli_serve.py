@@ -49,6 +49,17 @@ def test_the_memo_budget_comes_from_flag_or_environment_and_is_checked() -> None
             settings_from_args(_args("--memo-mb", bad), {})
 
 
+def test_the_owed_body_limit_comes_from_flag_or_environment_and_is_checked() -> None:
+    assert settings_from_args(_args(), {})[0].max_owed_body_bytes == 256 * 1024 * 1024
+    env = {"CTXWARDEN_MAX_OWED_BODY_BYTES": "1000"}
+    assert settings_from_args(_args(), env)[0].max_owed_body_bytes == 1000
+    flag = _args("--max-owed-body-bytes", "2000")
+    assert settings_from_args(flag, env)[0].max_owed_body_bytes == 2000
+    for bad, match in (("lots", "max-owed-body-bytes"), ("0", "max_owed_body_bytes")):
+        with pytest.raises(ConfigError, match=match):
+            settings_from_args(_args("--max-owed-body-bytes", bad), {})
+
+
 def test_tenant_secret_is_stable_private_and_keys_never_contain_the_credential(
     tmp_path: Path,
 ) -> None:

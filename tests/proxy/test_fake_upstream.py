@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
+import zlib
+
 import aiohttp
+import orjson
 import pytest
 
-from ctxwarden.proxy.fake_upstream import LONG_RUNNING_RECEIVED, FakeUpstream, Reply
+from ctxwarden.proxy.fake_upstream import LONG_RUNNING_RECEIVED, FakeUpstream, Reply, ToolCall
 
 
 async def _chat(fake: FakeUpstream, n: int) -> None:
@@ -36,3 +40,45 @@ def test_the_cli_fake_is_bounded_and_a_negative_bound_is_refused() -> None:
     assert 0 < LONG_RUNNING_RECEIVED <= 10_000
     with pytest.raises(ValueError, match="keep_received"):
         FakeUpstream(keep_received=-1)
+
+
+def _read_call() -> Reply:
+    return Reply(text="", tool_calls=[ToolCall("read", {"path": "a.py"}, "c1")])
+
+
+async def _first(session: aiohttp.ClientSession, fake: FakeUpstream) -> str:
+    fake.script(_read_call())
+    async with session.post(fake.url + "/v1/responses", json={"model": "m", "input": "hi"}) as r:
+        return str((await r.json())["id"])
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_the_fake_checks_a_coded_continuation_as_openai_does(coding: str) -> None:
+    """A continuation sent compressed is checked like a plain one: the proxy's tests
+    of bodies it forwards as sent rely on it."""
+    async with FakeUpstream() as fake, aiohttp.ClientSession() as session:
+        first = await _first(session, fake)
+        answer = {"type": "function_call_output", "call_id": "c1", "output": "x"}
+        for given, status in (("more", 400), ([answer], 200)):
+            raw = orjson.dumps({"model": "m", "input": given, "previous_response_id": first})
+            data = gzip.compress(raw) if coding == "gzip" else zlib.compress(raw)
+            headers = {"Content-Encoding": coding, "Content-Type": "application/json"}
+            url = fake.url + "/v1/responses"
+            async with session.post(url, data=data, headers=headers) as r:
+                assert r.status == status
+                if status == 400:
+                    message = (await r.json())["error"]["message"]
+                    assert message == "No tool output found for function call c1."
+
+
+async def test_the_fake_checks_a_continuation_only_the_stdlib_reads() -> None:
+    """JSON orjson refuses but OpenAI takes (a lone surrogate escape) is checked too."""
+    async with FakeUpstream() as fake, aiohttp.ClientSession() as session:
+        first = await _first(session, fake)
+        raw = '{"model": "m", "input": "a \\ud800 b", "previous_response_id": "' + first + '"}'
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(raw)
+        async with session.post(fake.url + "/v1/responses", data=raw.encode()) as r:
+            assert r.status == 400
+            message = (await r.json())["error"]["message"]
+            assert message == "No tool output found for function call c1."

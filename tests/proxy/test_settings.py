@@ -15,6 +15,7 @@ from ctxwarden.proxy.settings import ProxySettings
     ("key", "value"),
     [
         ("max_body_bytes", 0),
+        ("max_owed_body_bytes", 0),
         ("max_messages", 0),
         ("max_messages", -5),
         ("max_recall_calls", 0),

@@ -34,6 +34,11 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--admin-token", "enables the loopback kill-switch endpoint", None),
     ("--read-timeout", "seconds between upstream bytes before 504", 600.0),
     ("--max-body-bytes", "largest body condensed (larger: forwarded untouched)", 32 * 1024 * 1024),
+    (
+        "--max-owed-body-bytes",
+        "largest body held to give it owed recall answers (larger: forwarded untouched)",
+        256 * 1024 * 1024,
+    ),
     ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),
     ("--memo-mb", "estimated MB the memos keep together (0: none kept; default 512)", None),
     ("--log-level", "debug | info | warning | error", "info"),
@@ -123,6 +128,7 @@ def settings_from_args(
         data_dir=values["--data-dir"],
         read_timeout=values["--read-timeout"],
         max_body_bytes=values["--max-body-bytes"],
+        max_owed_body_bytes=values["--max-owed-body-bytes"],
         gc_interval=values["--gc-interval"],
         memo_mb=memo_mb,
     )

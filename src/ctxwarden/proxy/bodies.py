@@ -6,7 +6,8 @@ reads it through its codings: ``gzip`` and ``deflate``, inflated at most to ``li
 bytes. Whatever it cannot read - another coding (``br``, ``zstd``: their decoders take
 no output limit, so a small body could inflate without bound), a corrupt stream, more
 than ``limit`` bytes - is not an error of the request: it is forwarded untouched, and
-the upstream decides.
+the upstream decides (a Responses body past ``limit`` may still be read further, to
+add recall answers owed: :mod:`ctxwarden.proxy.owed`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ class DecodedBody:
     coded: bool
     """Whether the client's body carried a coding (a rewrite is then sent decoded)."""
     reason: str | None = None
+
+    @property
+    def over_limit(self) -> bool:
+        """Not read because it decodes to more than the limit (the coding is readable)."""
+        return self.reason is not None and self.reason.startswith("limit")
 
 
 def decoded_by_server(request: object, *, bodies_as_sent: bool) -> bool:

@@ -19,14 +19,16 @@ headers, for timeouts), ``chunk_delay`` (slow streams, for disconnects).
 Responses are stored as OpenAI stores them (unless ``store`` is false): a request
 continuing one of them with ``previous_response_id`` is checked as OpenAI checks it,
 every function call of the conversation answered and every output paired with a
-call, else a 400 ("No tool output found for function call ..."). An id the fake never
-gave is not checked.
+call, else a 400 ("No tool output found for function call ..."): bodies sent with
+``gzip`` or ``deflate`` (its server decodes them) and JSON only Python's ``json``
+reads (lone surrogate escapes) included. An id the fake never gave is not checked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections import deque
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -179,13 +181,12 @@ class FakeUpstream:
                         content_type="application/json",
                         headers={"x-fake-upstream": "error"},
                     )
-                try:
-                    payload = orjson.loads(item.body)
-                except orjson.JSONDecodeError:
-                    payload = {}
+                checked = payload = _loads(item.body)
+                if payload is None:  # JSON only the stdlib reads is checked too
+                    payload, checked = {}, _stdlib_loads(item.body)
                 context: list[Any] = []
-                if api == "responses" and isinstance(payload, dict):
-                    context, refused = self._responses_context(payload)
+                if api == "responses" and isinstance(checked, dict):
+                    context, refused = self._responses_context(checked)
                     if refused:
                         item.finished = True
                         return web.Response(
@@ -274,6 +275,23 @@ class FakeUpstream:
         item.finished = True
         return web.Response(body=error_body("openai", 404, f"no route {request.path}"),
                             status=404, content_type="application/json")  # fmt: skip
+
+
+def _loads(body: bytes) -> Any:
+    """``body`` read by orjson; ``None`` when it refuses it."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _stdlib_loads(body: bytes) -> Any:
+    """``body`` read by Python's ``json`` (lone surrogate escapes, which OpenAI takes);
+    ``None`` when it is not JSON."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
 
 
 async def run_fake_upstream(host: str, port: int, text: str | None = None) -> None:

@@ -4,7 +4,8 @@ The pass-through streams the request body upstream as it arrives: no size cap, n
 held whole (file uploads can be far larger than anything worth condensing).
 
 The path of a condensed request: read the body up to ``max_body_bytes`` (past it,
-the bytes read so far and the rest of the stream are forwarded untouched) -> decide
+the bytes read so far and the rest of the stream are forwarded untouched; a Responses
+body whose tenant has recall answers owed is read on, see :mod:`.owed`) -> decide
 the mode (:mod:`ctxwarden.proxy.rollout`) -> exact: forward the original bytes ->
 otherwise read it through its ``Content-Encoding`` (:mod:`ctxwarden.proxy.bodies`; a
 body it cannot read is forwarded as sent) and parse (400 naming the JSON path when
@@ -17,7 +18,7 @@ never changes) -> relay. Any failure of ctxwarden itself sends the original byte
 the upstream decides whether a request fails. The one exception to "the original
 bytes": a Responses request continuing a stored response that still owes recall
 answers gets them before its input on every path that can read its body, exact mode
-included (:mod:`ctxwarden.proxy.owed`).
+and bodies over ``max_body_bytes`` included (:mod:`ctxwarden.proxy.owed`).
 
 Shadow work never delays the client: when the mode is shadow before condensing (the
 server mode, or an ``x-ctxwarden-mode: shadow`` header), the original is relayed at
@@ -48,7 +49,7 @@ from ctxwarden.errors import MalformedRequest, StoreError
 from ctxwarden.io import may_hold_wide_integer
 from ctxwarden.proxy.bodies import DecodedBody, decode_body
 from ctxwarden.proxy.dialects import DIALECTS
-from ctxwarden.proxy.owed import owed_for, settle, stored
+from ctxwarden.proxy.owed import names_owing, owed_for, owing, settle, stored
 from ctxwarden.proxy.recall import REF_BYTES
 from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
 from ctxwarden.proxy.rollout import Decision, canary_key, canary_name, decide, header_mode
@@ -107,15 +108,16 @@ class _BodyStream:
         return chunk
 
 
-async def _read_capped(request: web.Request, cap: int) -> tuple[bytes, bool]:
+async def _read_capped(request: web.Request, cap: int, head: bytes = b"") -> tuple[bytes, bool]:
     """``(body, True)`` for a body of at most ``cap`` bytes; ``(head, False)`` past
     the cap, where ``head`` is what was read and the rest is still unread (bytes as
-    sent: the server decodes no coding). Raises ``web.RequestPayloadError`` when the
-    client's body is cut off or badly framed."""
-    if request.content_length is not None and request.content_length > cap:
-        return b"", False
-    parts: list[bytes] = []
-    size = 0
+    sent: the server decodes no coding). ``head``: bytes of it read already. Raises
+    ``web.RequestPayloadError`` when the client's body is cut off or badly framed."""
+    too_long = request.content_length is not None and request.content_length > cap
+    if too_long or len(head) > cap:
+        return head, False
+    parts: list[bytes] = [head] if head else []
+    size = len(head)
     while chunk := await request.content.readany():
         parts.append(chunk)
         size += len(chunk)
@@ -238,6 +240,8 @@ async def handle_condensed(request: web.Request) -> web.StreamResponse:
     if not complete:
         ex = Exchange(state, request, _upstream_url(state, family, request))
         record.set(api=api, fallback_reason=f"limit: body over {cap} bytes", fallbacks=1)
+        if api == "openai.responses":  # it may owe recall answers (see owed.py)
+            return await _run(request, record, family, _over_cap(ex, record, family, raw))
         return await _run(request, record, family, _stream_through(ex, record, family, raw))
     return await _run(request, record, family, _condensed(request, state, api, family, raw, record))
 
@@ -264,8 +268,10 @@ async def _condensed(
         decoded = await _decode(ex, raw, state.settings.max_body_bytes)
         return await _as_sent(ex, record, tenant, raw, decoded, stdlib=False)
     decoded = await _decode(ex, raw, state.settings.max_body_bytes)
-    if decoded.data is None:  # forwarded as sent, owed items or not (see owed.py)
+    if decoded.data is None:  # forwarded as sent, unless it owes recall answers
         record.set(fallback_reason=f"proxy: {decoded.reason}", fallbacks=1)
+        if api == "openai.responses":
+            return await _unread(ex, record, tenant, raw, decoded)
         return await relay(ex, raw, record)
     body = decoded.data
     record.set(bytes_before=len(body), bytes_after=len(body))
@@ -369,14 +375,16 @@ async def _as_sent(
     its body with them before its input, nothing else changed (``stdlib``: read and
     written by Python's ``json``, which keeps wide integers and lone surrogates). The
     store is read only for a request naming a ``previous_response_id``; a body that
-    could not be decoded goes as sent."""
+    could not be decoded within ``max_body_bytes`` goes to :func:`_unread`."""
     body = decoded.data
-    if body is None or b"previous_response_id" not in body:
+    if body is None:
+        return await _unread(ex, record, tenant, raw, decoded)
+    if b"previous_response_id" not in body:
         return await relay(ex, raw, record)
     parsed: Any = None
     if not stdlib:
         try:
-            parsed = orjson.loads(body)
+            parsed = await _orjson_load(body)
         except orjson.JSONDecodeError:
             stdlib = True
     if stdlib:
@@ -393,11 +401,89 @@ async def _as_sent(
     settled = settle(parsed, owed)
     if settled is parsed:
         return await relay(ex, raw, record)
-    out = await _stdlib_dump(settled) if stdlib else orjson.dumps(settled)
+    out = await (_stdlib_dump(settled) if stdlib else _orjson_dump(settled, len(body)))
     record.set(bytes_after=len(out))
     # a body ctxwarden wrote goes out plain: the client's coding is dropped
     ex.decoded = ex.server_decoded or decoded.coded
     return await relay(ex, out, record)
+
+
+def _owed_cap(state: ProxyState) -> int:
+    """Bytes a Responses body that may owe recall answers is read and decoded to."""
+    return max(state.settings.max_owed_body_bytes, state.settings.max_body_bytes)
+
+
+async def _over_cap(
+    ex: Exchange, record: RequestRecord, family: Family, head: bytes
+) -> web.StreamResponse:
+    """A Responses body over ``max_body_bytes`` (``head`` read so far; never condensed):
+    streamed through as sent, unless its tenant has recall answers owed (:mod:`.owed`):
+    then read whole, up to ``max_owed_body_bytes``, and given what the response it
+    continues owes (:func:`_settle_held`)."""
+    state = ex.state
+    tenant = state.tenants.for_headers(ex.request.headers)
+    if not await owing(state, tenant):
+        return await _stream_through(ex, record, family, head)
+    cap = _owed_cap(state)
+    try:
+        raw, whole = await _read_capped(ex.request, cap, head)
+    except web.RequestPayloadError:
+        return await _unreadable(family)
+    if not whole:
+        _unsettled(state, "over_limit")
+        return await _stream_through(ex, record, family, raw)
+    record.set(bytes_before=len(raw), bytes_after=len(raw))
+    decoded = await _decode(ex, raw, cap)
+    if decoded.data is None:
+        _unsettled(state, "over_limit" if decoded.over_limit else "coding")
+        return await relay(ex, raw, record)
+    return await _settle_held(ex, record, tenant, raw, decoded)
+
+
+async def _unread(
+    ex: Exchange, record: RequestRecord, tenant: str, raw: bytes, decoded: DecodedBody
+) -> web.StreamResponse:
+    """A Responses body (``raw``, within ``max_body_bytes``) that could not be read:
+    forwarded as sent, unless its tenant has recall answers owed (:mod:`.owed`) and
+    only the limit stopped it (it inflates past ``max_body_bytes``): then it is decoded
+    up to ``max_owed_body_bytes`` and given what the response it continues owes. What
+    cannot be read even so (another coding, a corrupt stream, past that limit) goes as
+    sent, with a warning and a count when owed answers may be missing from it."""
+    state = ex.state
+    if not await owing(state, tenant):
+        return await relay(ex, raw, record)
+    if decoded.over_limit:
+        decoded = await _decode(ex, raw, _owed_cap(state))
+        if decoded.data is not None:
+            return await _settle_held(ex, record, tenant, raw, decoded)
+    _unsettled(state, "over_limit" if decoded.over_limit else "coding")
+    return await relay(ex, raw, record)
+
+
+async def _settle_held(
+    ex: Exchange, record: RequestRecord, tenant: str, raw: bytes, decoded: DecodedBody
+) -> web.StreamResponse:
+    """A Responses body read past ``max_body_bytes`` (``decoded``; never condensed):
+    parsed only when a ``previous_response_id`` found in it without parsing names a
+    response that owes recall answers (:func:`~.owed.names_owing`), then sent with
+    them as an exact-mode request is (:func:`_as_sent`); otherwise forwarded as sent."""
+    body = decoded.data
+    assert body is not None
+    record.set(bytes_before=len(body), bytes_after=len(body))
+    if not await names_owing(ex.state, tenant, body):
+        return await relay(ex, raw, record)
+    return await _as_sent(ex, record, tenant, raw, decoded, stdlib=False)
+
+
+def _unsettled(state: ProxyState, reason: str) -> None:
+    """A Responses request goes as sent although its tenant has recall answers owed,
+    maybe to the response it continues: counted and logged, no contents."""
+    state.owed_unsettled.labels(reason).inc()
+    why = "past max_owed_body_bytes" if reason == "over_limit" else "in a content coding"
+    _log.warning(
+        "a Responses request went upstream as sent: its body could not be read (%s), so "
+        "recall answers the response it continues may owe were not added", why,
+    )  # fmt: skip
 
 
 def _note_decision(
@@ -549,6 +635,20 @@ async def _stdlib_then(body: bytes, then: Callable[[Any], T], not_json: T) -> T:
     if len(body) <= _INLINE_PARSE_BYTES:
         return read()
     return await asyncio.to_thread(read)
+
+
+async def _orjson_load(body: bytes) -> Any:
+    """``body`` read by orjson; off-loop when large (raises ``JSONDecodeError``)."""
+    if len(body) <= _INLINE_PARSE_BYTES:
+        return orjson.loads(body)
+    return await asyncio.to_thread(orjson.loads, body)
+
+
+async def _orjson_dump(value: Any, size: int) -> bytes:
+    """``value`` (about ``size`` bytes of JSON) written by orjson; off-loop when large."""
+    if size <= _INLINE_PARSE_BYTES:
+        return orjson.dumps(value)
+    return await asyncio.to_thread(orjson.dumps, value)
 
 
 async def _stdlib_dump(value: Any) -> bytes:

@@ -1,7 +1,8 @@
 """Proxy settings: one frozen value, built from CLI flags or ``CTXWARDEN_*`` variables.
 
 Limits bound what a client controls: body bytes read for condensing (past the cap
-the request is streamed upstream untouched; other routes are never capped), messages
+the request is streamed upstream untouched, unless it may owe recall answers: see
+``max_owed_body_bytes``; other routes are never capped), messages
 per request (past the cap the request is forwarded uncondensed), recall rounds and
 calls per round, and recalled bytes per call (truncated with a note). The store is
 garbage-collected every ``gc_interval`` seconds, so its TTL and byte cap hold.
@@ -36,6 +37,10 @@ class ProxySettings:
     read_timeout: float = 600.0  # between bytes from the upstream
     total_timeout: float | None = None  # whole exchange, a streamed upload included
     max_body_bytes: int = 32 * 1024 * 1024
+    max_owed_body_bytes: int = 256 * 1024 * 1024
+    """Bytes a Responses body past ``max_body_bytes`` is read to, held in memory, when
+    its tenant has recall answers owed (:mod:`ctxwarden.proxy.owed`; past it, and for
+    other tenants, it streams through as sent; never less than ``max_body_bytes``)."""
     max_messages: int = 20_000
     max_recall_rounds: int = 3
     max_recall_calls: int = 8
@@ -67,8 +72,8 @@ class ProxySettings:
             raise ConfigError(
                 f"{self.gc_interval} is not 0 (never) or 1 to 604800 seconds", "gc_interval"
             )
-        for name in ("max_body_bytes", "max_messages", "max_recall_calls", "max_recall_bytes",
-                     "pool_size"):  # fmt: skip
+        for name in ("max_body_bytes", "max_owed_body_bytes", "max_messages",
+                     "max_recall_calls", "max_recall_bytes", "pool_size"):  # fmt: skip
             if not getattr(self, name) >= 1:
                 raise ConfigError(f"{getattr(self, name)} is not a positive limit", name)
         if not self.max_recall_rounds >= 0:

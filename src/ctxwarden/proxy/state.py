@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import Counter
 
 from ctxwarden.engine import Engine
 from ctxwarden.proxy.rollout import KillSwitch
@@ -51,6 +52,20 @@ class ProxyState:
     """The server hands request bodies over as sent, codings and all (``RunningServer``
     sets it when it turns aiohttp's ``auto_decompress`` off)."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    owed_unsettled: Counter = field(init=False)
+    """Responses requests forwarded as sent although recall answers their tenant owes
+    may be missing from them (the body could not be read: :mod:`ctxwarden.proxy.owed`),
+    by ``reason``: ``over_limit`` (past ``max_owed_body_bytes``) or ``coding``."""
+
+    def __post_init__(self) -> None:
+        self.owed_unsettled = Counter(
+            "ctxwarden_owed_unsettled",
+            "Responses requests forwarded as sent while recall answers may be owed.",
+            ("reason",),
+            registry=self.metrics.registry,
+        )
+        for reason in ("over_limit", "coding"):
+            self.owed_unsettled.labels(reason)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a tracked background task (see ``background``)."""
