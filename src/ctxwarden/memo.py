@@ -22,10 +22,11 @@ One budget caps them all (:data:`DEFAULT_MEMO_BUDGET`, or :func:`set_memo_budget
 memo's byte bound (and each token counter's) is its own bound scaled by one factor, so
 that the live memos together keep at most that many estimated bytes; a memo that comes
 or goes changes the factor, which each memo reads when it stores. Without a budget
-(``set_memo_budget(None)``) each memo has its own bound, about 1.4 GB estimated in all
-for one engine. The estimate counts a text once per memo that holds it, so it runs
-above the memory really used. Caches keyed by session (an engine's segments and
-decoded states of its last 512 sessions) are bounded by that count, outside the budget.
+(``set_memo_budget(None)``) each memo has its own bound, about 1.1 GB estimated in all
+for one engine and one token counter. The estimate counts a text once per memo that
+holds it, so it runs above the memory really used. Caches keyed by session (an engine's
+segment walks and decoded session states) are bounded the same way: by sessions and by
+bytes, within the budget.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ __all__ = [
     "MESSAGE_MEMO_BYTES",
     "MESSAGE_MEMO_LIMIT",
     "MISSING",
+    "OBJECT_BYTES",
+    "SESSION_MEMO_BYTES",
+    "SESSION_MEMO_LIMIT",
     "TEXT_MEMO_BYTES",
     "TEXT_MEMO_LIMIT",
     "BoundedMemo",
@@ -68,13 +72,24 @@ TEXT_MEMO_LIMIT = 65_536
 TEXT_MEMO_BYTES = 32 * 1024 * 1024
 """Estimated bytes a per-text memo may keep alive (its texts and their values)."""
 
+SESSION_MEMO_LIMIT = 512
+"""Sessions a per-session cache keeps (the last walk or state of each; least recently
+used dropped first)."""
+
+SESSION_MEMO_BYTES = 256 * 1024 * 1024
+"""Estimated bytes a per-session cache may keep alive (one conversation's segment texts
+per entry; the decoded session states, about half as heavy, take half). A miss costs a
+walk of the whole conversation, and a proxy visits its live sessions in turn, the worst
+order for a cache too small for them: on the corpus a session's walk weighs about
+190 KB, so at the default budget's share 160 live sessions fit."""
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 D = TypeVar("D")
 Obj = TypeVar("Obj")
 P = ParamSpec("P")
 
-_OBJECT_BYTES = 56
+OBJECT_BYTES = 56
 """About what CPython spends on a small object (a string's header, a tuple slot...)."""
 
 
@@ -92,10 +107,11 @@ class Budgeted(Protocol):
     def trim(self) -> None: ...
 
 
-DEFAULT_MEMO_BUDGET = 512 * 1024 * 1024
-"""The process's memo budget until :func:`set_memo_budget` changes it. On the corpus,
-160 live sessions on one engine condense as fast under 256 MB as with no budget
-(``benchmarks/engine_overhead.py --interleave 160 --memo-mb N``)."""
+DEFAULT_MEMO_BUDGET = 768 * 1024 * 1024
+"""The process's memo budget until :func:`set_memo_budget` changes it: the memos and
+the per-session caches of one engine together. On the corpus, 160 live sessions on one
+engine condense as fast under it as with no budget (``benchmarks/engine_overhead.py
+--interleave 160 --memo-mb N``)."""
 
 
 class _Budget:
@@ -176,23 +192,23 @@ def footprint(value: Any) -> int:
     """An estimate of the bytes ``value`` keeps alive: strings by length, containers by
     their items (one level of nesting is followed), anything else as one object."""
     if isinstance(value, str):
-        return _OBJECT_BYTES + len(value)
+        return OBJECT_BYTES + len(value)
     if isinstance(value, (tuple, list, frozenset, set)):
-        return _OBJECT_BYTES + sum(
-            _OBJECT_BYTES + len(v) if isinstance(v, str) else footprint_flat(v) for v in value
+        return OBJECT_BYTES + sum(
+            OBJECT_BYTES + len(v) if isinstance(v, str) else footprint_flat(v) for v in value
         )
-    return _OBJECT_BYTES
+    return OBJECT_BYTES
 
 
 def footprint_flat(value: Any) -> int:
     """:func:`footprint` without following containers (their items as strings)."""
     if isinstance(value, str):
-        return _OBJECT_BYTES + len(value)
+        return OBJECT_BYTES + len(value)
     if isinstance(value, tuple):
-        return _OBJECT_BYTES + sum(
-            _OBJECT_BYTES + (len(v) if isinstance(v, str) else 0) for v in value
+        return OBJECT_BYTES + sum(
+            OBJECT_BYTES + (len(v) if isinstance(v, str) else 0) for v in value
         )
-    return _OBJECT_BYTES
+    return OBJECT_BYTES
 
 
 class BoundedMemo(Generic[K, V]):
@@ -225,6 +241,16 @@ class BoundedMemo(Generic[K, V]):
     def get(self, key: K, default: D) -> V | D:
         entry = self._data.get(key)
         return default if entry is None else entry[0]
+
+    def pop(self, key: K, default: D) -> V | D:
+        """Remove and return the value of ``key`` (``default`` when absent): for values
+        one caller extends and then puts back (it is then the newest)."""
+        with self._lock:
+            entry = self._data.pop(key, None)
+            if entry is None:
+                return default
+            self._bytes -= entry[1]
+            return entry[0]
 
     def put(self, key: K, value: V, weight: int) -> V:
         """Store ``value`` (keeping about ``weight`` bytes alive) and return it."""
@@ -304,7 +330,7 @@ class IdentityMemo(Generic[Obj, K, V]):
         self,
         max_objects: int,
         max_bytes: int = MESSAGE_MEMO_BYTES,
-        weigh: Callable[[Obj], int] = lambda _obj: _OBJECT_BYTES,
+        weigh: Callable[[Obj], int] = lambda _obj: OBJECT_BYTES,
     ) -> None:
         self._entries: BoundedMemo[int, tuple[Obj, dict[K, V]]] = BoundedMemo(
             max_objects, max_bytes

@@ -231,3 +231,45 @@ def test_a_memoized_none_is_an_answer_even_when_evicted_meanwhile() -> None:
     memo.put(noisy, clean, 1_000)
     normalize._memo = memo
     assert normalize._normalized(noisy) == clean
+
+
+def test_pop_removes_an_entry_and_its_weight() -> None:
+    from ctxwarden.memo import MISSING, BoundedMemo
+
+    memo: BoundedMemo[str, int] = BoundedMemo(10, 10_000)
+    memo.put("a", 1, 300)
+    memo.put("b", 2, 200)
+    assert memo.pop("a", MISSING) == 1 and memo.weight == 200 and "a" not in memo
+    assert memo.pop("a", MISSING) is MISSING and memo.weight == 200
+    memo.put("a", 3, 300)  # put back: the newest, so "b" is dropped first
+    assert list(memo._data) == ["b", "a"] and memo.weight == 500
+
+
+def test_decoded_session_states_are_bounded_by_bytes(no_memo_budget: Any) -> None:
+    """The condenser keeps the decoded state of recent sessions within its byte bound,
+    and a session whose decoded state was dropped is condensed the same."""
+    from ctxwarden import Engine, EngineConfig
+    from ctxwarden.memo import BoundedMemo
+
+    def request(n: int, turns: int) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "s"},
+                                          {"role": "user", "content": f"task {n}"}]  # fmt: skip
+        for k in range(turns):
+            args = f'{{"command": "ls d{k}"}}'
+            call = {"id": f"c{k}", "type": "function",
+                    "function": {"name": "bash", "arguments": args}}  # fmt: skip
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append({"role": "tool", "tool_call_id": f"c{k}",
+                             "content": f"file_{n}_{k}.py\n" * 400})  # fmt: skip
+        return {"model": "gpt-4o", "messages": messages}
+
+    small = Engine(EngineConfig(store={"backend": "memory"}))
+    small.condenser._states = BoundedMemo(512, 60_000)
+    roomy = Engine(EngineConfig(store={"backend": "memory"}))
+    for turns in (8, 9, 10):
+        for n in range(20):
+            a = small.condense(request(n, turns), session=f"s{n}")
+            b = roomy.condense(request(n, turns), session=f"s{n}")
+            assert a.request == b.request
+            assert small.condenser._states.weight <= 60_000
+    assert len(small.condenser._states) < len(roomy.condenser._states) == 20

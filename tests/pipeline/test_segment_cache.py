@@ -89,3 +89,48 @@ def test_relevance_reads_the_file_not_the_directory(command: str, expected: str)
     from ctxwarden.pipeline.segments import _command_line
 
     assert _command_line(command) == expected
+
+
+def test_cached_walks_are_bounded_by_bytes_and_still_give_full_walks(
+    no_memo_budget: None,
+) -> None:
+    """Many sessions with large outputs: the cache keeps its estimate under its byte
+    bound (dropping the least recently used), and every view still equals a full walk,
+    whether its session's walk was kept or dropped."""
+    cache = SegmentCache(max_sessions=512, max_bytes=400_000)
+    wires = []
+    for n in range(30):
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "task"},
+        ]
+        for k in range(3):
+            args = f'{{"command": "cat f{k}.py"}}'
+            call = {"id": f"c{n}_{k}", "type": "function",
+                    "function": {"name": "bash", "arguments": args}}  # fmt: skip
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append(
+                {"role": "tool", "tool_call_id": f"c{n}_{k}", "content": f"{n} {k} " * 5_000}
+            )
+        wires.append({"model": "gpt-4o", "messages": messages})
+    for n, wire in enumerate(wires):
+        _same(_view(wire, cache, f"s{n}"), _view(wire, None, ""))
+        assert cache.weight <= 400_000
+    assert 0 < len(cache) < 30  # each walk weighs ~100 KB: only the newest few are kept
+    for n in (0, 29):  # a dropped walk and a kept one, extended by one message
+        wire = wires[n]
+        grown = {**wire, "messages": [*wire["messages"], {"role": "user", "content": "more"}]}
+        _same(_view(grown, cache, f"s{n}"), _view(grown, None, ""))
+
+
+def test_a_session_walk_weighs_at_least_its_texts() -> None:
+    cache = SegmentCache()
+    text = "y" * 50_000
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": text},
+        {"role": "user", "content": "next"},
+    ]
+    _view({"model": "gpt-4o", "messages": messages}, cache, "s")
+    assert 50_000 <= cache.weight <= 200_000

@@ -40,7 +40,7 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
         256 * 1024 * 1024,
     ),
     ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),
-    ("--memo-mb", "estimated MB the memos keep together (0: none kept; default 512)", None),
+    ("--memo-mb", "estimated MB the memos keep together (0: none kept; default 768)", None),
     ("--log-level", "debug | info | warning | error", "info"),
 )
 

@@ -25,7 +25,15 @@ from typing import Any
 
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import json_pointer
-from ctxwarden.memo import MESSAGE_MEMO_BYTES, MESSAGE_MEMO_LIMIT, BoundedMemo, IdentityMemo
+from ctxwarden.memo import (
+    MESSAGE_MEMO_BYTES,
+    MESSAGE_MEMO_LIMIT,
+    OBJECT_BYTES,
+    SESSION_MEMO_BYTES,
+    SESSION_MEMO_LIMIT,
+    BoundedMemo,
+    IdentityMemo,
+)
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.hashing import digest
 from ctxwarden.model.hashing import element_hashes as hash_elements
@@ -50,7 +58,6 @@ from ctxwarden.tokens.registry import CachePricing
 __all__ = ["CondenseOutcome", "Condenser", "step_is_free"]
 
 MAX_SENT_HASHES = MESSAGE_MEMO_LIMIT
-MAX_DECODED_STATES = 512
 
 
 def _nothing() -> None:
@@ -81,7 +88,9 @@ class Condenser:
         self.passes = build_passes(self.pipeline)
         self.store = store
         self._segment_cache = SegmentCache()
-        self._states: dict[tuple[str, str], tuple[bytes, SessionState]] = {}
+        self._states: BoundedMemo[tuple[str, str], tuple[bytes, SessionState]] = BoundedMemo(
+            SESSION_MEMO_LIMIT, SESSION_MEMO_BYTES // 2
+        )
         """The state last written per session, with its bytes (see :meth:`_decoded`)."""
         self._sent_hashes: BoundedMemo[tuple[str, frozenset[tuple[Path, str]]], str] = BoundedMemo(
             MAX_SENT_HASHES, MESSAGE_MEMO_BYTES
@@ -220,9 +229,8 @@ class Condenser:
 
     def _written(self, tenant: str, session: str, raw: bytes, state: SessionState) -> None:
         """Remember ``state`` as what ``raw``, written for the session, decodes to."""
-        self._states[(tenant, session)] = (raw, state)
-        while len(self._states) > MAX_DECODED_STATES:
-            self._states.pop(next(iter(self._states)))
+        # the bytes, and the decoded lists and texts: about three times as many
+        self._states.put((tenant, session), (raw, state), 4 * len(raw) + OBJECT_BYTES)
 
     @staticmethod
     def _saved(view: SegmentView, path: Path, r: Replacement, counter: TokenCounter) -> int:

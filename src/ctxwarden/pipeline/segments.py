@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import orjson
 
+from ctxwarden.memo import OBJECT_BYTES, SESSION_MEMO_BYTES, SESSION_MEMO_LIMIT, BoundedMemo
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
@@ -65,32 +65,43 @@ class _Built:
     )
     commands: list[str] = field(default_factory=list)
     visible: set[str] = field(default_factory=set)
+    weight: int = 0
+    """Estimated bytes the walk keeps alive (see :func:`_walked_weight`)."""
 
 
 class SegmentCache:
     """Per-session memory of the last walk, so a request that extends the previous one
     (the usual case: agents append) only walks its new messages. Keyed by session; at
-    most ``max_sessions`` are kept (least recently used dropped). Purely an
-    optimisation: the result is the same as walking everything. Memory: an entry holds
-    one conversation's segment texts (shared with the request they came from), so the
-    bound is about ``max_sessions`` times the largest conversation."""
+    most ``max_sessions`` are kept and at most ``max_bytes`` estimated (an entry holds
+    one conversation's segment texts, shared with the request they came from, and the
+    strings derived from them), under the process's memo budget
+    (:mod:`ctxwarden.memo`); the least recently used go first. Purely an optimisation:
+    the result is the same as walking everything."""
 
-    def __init__(self, max_sessions: int = 512) -> None:
-        self.max_sessions = max_sessions
-        self._built: OrderedDict[str, _Built] = OrderedDict()
+    def __init__(
+        self, max_sessions: int = SESSION_MEMO_LIMIT, max_bytes: int = SESSION_MEMO_BYTES
+    ) -> None:
+        self._built: BoundedMemo[str, _Built] = BoundedMemo(max_sessions, max_bytes)
 
     def take(self, session: str, keys: list[str]) -> _Built:
         """The state to extend for a conversation with message ``keys`` (fresh when the
-        cached walk is not a prefix of it). The entry is removed; :meth:`put` it back."""
+        cached walk is not a prefix of it). The entry is removed, so two requests of a
+        session at once never extend the same walk; :meth:`put` it back."""
         built = self._built.pop(session, None)
         if built is not None and keys[: len(built.keys)] == built.keys:
             return built
         return _Built(keys=[])
 
     def put(self, session: str, built: _Built) -> None:
-        self._built[session] = built
-        while len(self._built) > self.max_sessions:
-            self._built.popitem(last=False)
+        self._built.put(session, built, built.weight)
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+    @property
+    def weight(self) -> int:
+        """The estimated bytes the cached walks keep alive."""
+        return self._built.weight
 
 
 def segment_view(
@@ -113,8 +124,10 @@ def segment_view(
         cache = None  # without per-message keys a cached walk cannot be matched
     built = _Built([]) if cache is None else cache.take(session, keys or [])
     for i in range(len(built.keys), len(messages)):
+        before = (len(built.segments), len(built.commands), len(built.visible))
         _walk_message(built, i, messages[i].role, messages[i].parts, counter, config)
         built.keys.append(keys[i] if keys is not None else "")
+        built.weight += _walked_weight(built, *before)
     segments = list(built.segments)
     by_path = {s.path: s for s in segments}
     view = SegmentView(
@@ -128,6 +141,17 @@ def segment_view(
     if cache is not None:  # only once this request is done reading it
         cache.put(session, built)
     return view
+
+
+def _walked_weight(built: _Built, segments: int, commands: int, visible: int) -> int:
+    """Estimated bytes one walked message added to ``built`` (it had ``segments``,
+    ``commands`` and ``visible`` entries before): its key, its segments (each text
+    counted, though it is shared with the message), its commands and the strings newly
+    made visible (by count, at a typical identifier's length)."""
+    added = 2 * OBJECT_BYTES  # the key and the call it may have registered
+    added += sum(3 * OBJECT_BYTES + len(s.text) for s in built.segments[segments:])
+    added += sum(OBJECT_BYTES + len(c) for c in built.commands[commands:])
+    return added + (len(built.visible) - visible) * (OBJECT_BYTES + 24)
 
 
 def never_condensed(segment: Segment, config: PipelineConfig) -> bool:

@@ -51,7 +51,7 @@ class ProxySettings:
     operator runs ``ctxwarden store gc`` instead)."""
     memo_mb: float | None = None
     """Estimated MB the process's memos keep together (None: the default budget,
-    :data:`ctxwarden.memo.DEFAULT_MEMO_BUDGET`, 512 MB).
+    :data:`ctxwarden.memo.DEFAULT_MEMO_BUDGET`, 768 MB).
     Process-wide: :func:`ctxwarden.proxy.build_app` applies it with
     :func:`ctxwarden.memo.set_memo_budget`."""
 
