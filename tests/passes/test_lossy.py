@@ -295,6 +295,56 @@ def test_truncate_never_touches_the_newest_output() -> None:
     assert engine.recall(ref, "1500-1502") == "\n".join(big.split("\n")[1499:1502])
 
 
+def test_truncate_skips_an_output_all_error_lines_without_looking_for_mentions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A placeholder keeps every error line, so for an output of thousands of them it
+    saves nothing: the condenser would drop it, and the mentions (the costly part,
+    computed again every turn for a text too large to memo) are not looked for."""
+    import ctxwarden.passes.placeholder as placeholder
+
+    errors = "\n".join(f"Error: failure number {i} in module_{i}" for i in range(3_000))
+    ctx, _ = context(request(call("c1", "make"), result("c1", errors)))
+    scored: list[str] = []
+    real = placeholder.mention_scores
+
+    def counting(text: str) -> Any:
+        scored.append(text)
+        return real(text)
+
+    monkeypatch.setattr(placeholder, "mention_scores", counting)
+    assert TruncatePass(TruncateConfig())(ctx, {}) == {}
+    assert scored == []
+    big = _huge(2500)  # one error line: the placeholder saves, mentions are looked for
+    ctx, _ = context(request(call("c1", "make"), result("c1", big)))
+    assert segment_at(ctx, 3).path in TruncatePass(TruncateConfig())(ctx, {})
+    assert scored == [big]
+
+
+@pytest.mark.parametrize("kept_every", [1, 2, 3, 50])
+def test_a_skipped_truncation_is_one_that_could_save_nothing(kept_every: int) -> None:
+    """Skipping is exact: whenever ``build_placeholder`` with a counter gives up, the
+    whole placeholder (with its mentions) is at least as long as the output."""
+    from ctxwarden.passes.placeholder import Digest, build_placeholder
+
+    rows = [
+        f"Error: failure {i} in module_{i}" if i % kept_every == 0 else f"x{i} " + "y" * 30
+        for i in range(2_500)
+    ]
+    text = "\n".join(rows)
+    ctx, _ = context(request(call("c1", "make"), result("c1", text)))
+    segment = segment_at(ctx, 3)
+    digest = Digest(head_lines=60, tail_lines=40, max_keywords=300)
+    full = build_placeholder(segment, "cw:000000000000", digest)
+    assert full is not None
+    skipped = build_placeholder(segment, "cw:000000000000", digest, counter=ctx.counter)
+    if skipped is None:
+        assert ctx.counter.count_text(full[0]) >= segment.tokens
+    else:
+        assert skipped == full
+    assert (skipped is None) == (kept_every == 1)
+
+
 # -- summarize ------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import TextSearch, error_lines, exit_status, mention_scores
+from ctxwarden.tokens.counter import TokenCounter
 
 __all__ = ["Digest", "build_placeholder", "describe", "mentions_line", "placeholder_parts"]
 
@@ -103,13 +104,20 @@ def build_placeholder(
     *,
     verb: str = "condensed output",
     visible: Collection[str] = (),
-) -> tuple[str, tuple[str, ...]]:
+    counter: TokenCounter | None = None,
+) -> tuple[str, tuple[str, ...]] | None:
     """The placeholder text and the error lines it keeps verbatim.
 
     ``visible`` holds strings the request shows elsewhere (the agent's own messages and
-    tool calls); they are not repeated in the mentions list.
+    tool calls); they are not repeated in the mentions list. With a ``counter``,
+    ``None`` when the placeholder could save nothing: its text without mentions (which
+    only add) is already as long in tokens as the segment (an output of thousands of
+    error lines, all kept). Then the mentions, the costly part, are not looked for.
     """
-    body, errors, keywords = placeholder_parts(segment, ref, digest, verb=verb)
+    body, errors, error_set = _body(segment, ref, digest, verb)
+    if counter is not None and counter.count_text(body) >= segment.tokens:
+        return None
+    keywords = _not_shown(mention_scores(segment.text), body, error_set, digest)
     kept = [w for w in keywords if w not in visible][: digest.max_keywords]
     if kept:
         body = body + "\n" + mentions_line(kept)
@@ -121,6 +129,16 @@ def placeholder_parts(
 ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """Header and body, kept error lines, and the candidate mentions, best first
     (those below ``digest.min_mention_score`` left out; the caller caps the count)."""
+    body, errors, error_set = _body(segment, ref, digest, verb)
+    keywords = tuple(_not_shown(mention_scores(segment.text), body, error_set, digest))
+    return body, errors, keywords
+
+
+def _body(
+    segment: Segment, ref: str, digest: Digest, verb: str
+) -> tuple[str, tuple[str, ...], set[str]]:
+    """A placeholder's text before its mentions, the error lines it keeps, and those
+    as a set."""
     text = segment.text
     lines = text.split("\n")
     n = len(lines)
@@ -155,9 +173,7 @@ def placeholder_parts(
     shown_lines = {lines[i] for i in (*head, *tail)}
     body.extend(e for e in errors if e not in shown_lines)
     body.extend(shown(i) for i in tail)
-    shown_text = "\n".join(body)
-    keywords = tuple(_not_shown(mention_scores(text), shown_text, error_set, digest))
-    return shown_text, errors, keywords
+    return "\n".join(body), errors, error_set
 
 
 _TOKENS = (re.compile(r"\S+"), re.compile(r"[\w./-]+"), re.compile(r"\w+"))

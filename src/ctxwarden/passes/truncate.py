@@ -43,7 +43,12 @@ class TruncatePass:
             if not self._oversized(segment.text):
                 continue
             ref = ref_for(segment.text)
-            text, errors = build_placeholder(segment, ref, self.digest, verb="truncated output")
+            built = build_placeholder(
+                segment, ref, self.digest, verb="truncated output", counter=ctx.counter
+            )
+            if built is None:  # it would save nothing (the condenser drops those)
+                continue
+            text, errors = built
             out[segment.path] = Replacement(
                 text, self.name, originals=((ref, segment.text),), kept_lines=errors
             )
