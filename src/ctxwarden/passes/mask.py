@@ -111,9 +111,17 @@ class MaskPass:
             shown, proposed = _shown_words(ctx, decided, wanted)
         # mentions newest first: a placeholder leaves out what a newer one lists, and
         # the planner never adopts an older proposal without the newer ones
+        # proposed[:taken] (newest first) are counted in shown: an index, as popping the
+        # head of the list once per proposal was quadratic in a long session
+        taken = 0
         for segment, (body, errors, keywords) in reversed(candidates):
-            while shown is not None and proposed and proposed[0][0] > segment.message_index:
-                shown.update(proposed.pop(0)[1])
+            while (
+                shown is not None
+                and taken < len(proposed)
+                and proposed[taken][0] > segment.message_index
+            ):
+                shown.update(proposed[taken][1])
+                taken += 1
             mentions = [
                 w for w in keywords if w not in ctx.visible and not (shown and shown[w] > 0)
             ][: self._cap(segment)]
