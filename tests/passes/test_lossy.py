@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxwarden.passes.config import MaskConfig, SummarizeConfig, TruncateConfig
 from ctxwarden.passes.mask import MaskPass
@@ -119,6 +121,16 @@ def test_mask_placeholder_without_head_or_tail_has_no_elision_line(config: MaskC
 )
 def test_informative_lines(line: str, expected: bool) -> None:
     assert informative(line) is expected
+
+
+@given(st.text(alphabet=st.sampled_from("ab1_-$# <>/é²\t"), max_size=30))
+def test_informative_stops_counting_early_but_says_the_same(line: str) -> None:
+    from ctxwarden.passes.placeholder import _MARKUP, _PROMPT
+
+    rest = _MARKUP.sub("", line).strip()
+    old = bool(rest) and not _PROMPT.match(rest)
+    old = old and sum(c.isalnum() for c in rest) >= 3 and not rest.lstrip("-").isdigit()
+    assert informative(line) == old
 
 
 def test_mentions_rank_repeated_identifiers_before_listed_numbers() -> None:

@@ -81,7 +81,18 @@ def informative(line: str) -> bool:
     rest = _MARKUP.sub("", line).strip()
     if not rest or _PROMPT.match(rest):
         return False
-    return sum(c.isalnum() for c in rest) >= 3 and not rest.lstrip("-").isdigit()
+    return _has_alnum(rest, 3) and not rest.lstrip("-").isdigit()
+
+
+def _has_alnum(text: str, count: int) -> bool:
+    """Whether ``text`` holds at least ``count`` alphanumeric characters (stops at the
+    ``count``-th: a line can be a megabyte of minified code)."""
+    for c in text:
+        if c.isalnum():
+            count -= 1
+            if count <= 0:
+                return True
+    return count <= 0
 
 
 def _pick(lines: list[str], want: int, *, reverse: bool, scan: int = 4) -> list[int]:
