@@ -22,11 +22,11 @@ One budget caps them all (:data:`DEFAULT_MEMO_BUDGET`, or :func:`set_memo_budget
 memo's byte bound (and each token counter's) is its own bound scaled by one factor, so
 that the live memos together keep at most that many estimated bytes; a memo that comes
 or goes changes the factor, which each memo reads when it stores. Without a budget
-(``set_memo_budget(None)``) each memo has its own bound, about 1.1 GB estimated in all
-for one engine and one token counter. The estimate counts a text once per memo that
-holds it, so it runs above the memory really used. Caches keyed by session (an engine's
-segment walks and decoded session states) are bounded the same way: by sessions and by
-bytes, within the budget.
+(``set_memo_budget(None)``) each memo has its own bound, about 1.7 GB estimated in all
+for one engine that has condensed (its passes' memos, one token counter). The estimate
+counts a text once per memo that holds it, so it runs above the memory really used.
+Caches keyed by session (an engine's segment walks and decoded session states) are
+bounded the same way: by sessions and by bytes, within the budget.
 """
 
 from __future__ import annotations
