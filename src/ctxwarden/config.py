@@ -98,9 +98,22 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path) -> EngineConfig:
-    """Read a TOML config file into an :class:`EngineConfig`."""
-    data = read_toml(path)
+    """Read a TOML config file into an :class:`EngineConfig`; its pipeline is checked
+    too, so a :class:`ConfigError` names the file and the key."""
+    return validated_config(read_toml(path), path)
+
+
+def validated_config(data: dict[str, Any], path: str | Path) -> EngineConfig:
+    """``data``, read from the file ``path``, as an :class:`EngineConfig` whose preset
+    and pipeline resolve (a :class:`ConfigError` names the file and the key)."""
+    from ctxwarden.pipeline.presets import resolve_pipeline
+
     try:
-        return EngineConfig.model_validate(data)
-    except ValidationError as exc:
-        raise config_error(exc) from exc
+        try:
+            config = EngineConfig.model_validate(data)
+        except ValidationError as exc:
+            raise config_error(exc) from exc
+        resolve_pipeline(config.preset, config.pipeline)
+    except ConfigError as exc:
+        raise exc.in_file(path) from exc
+    return config

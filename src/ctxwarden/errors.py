@@ -21,6 +21,7 @@ the segment is rolled back or the whole request falls back to the original.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 __all__ = [
     "ArtifactCorrupted",
@@ -61,11 +62,21 @@ class MalformedRequest(RequestError):
 
 
 class ConfigError(CtxwardenError):
-    """A configuration value is invalid; ``key`` names it (dotted path)."""
+    """A configuration value is invalid; ``key`` names it (dotted path), ``source``
+    the file it came from, when it came from one."""
 
-    def __init__(self, message: str, key: str = "") -> None:
+    def __init__(self, message: str, key: str = "", source: str = "") -> None:
         self.key = key
-        super().__init__(f"{key}: {message}" if key else message)
+        self.source = source
+        self.reason = message
+        where = ": ".join(w for w in (source, key) if w)
+        super().__init__(f"{where}: {message}" if where else message)
+
+    def in_file(self, source: str | Path) -> ConfigError:
+        """This error, naming ``source`` as the file it came from (kept if set)."""
+        if self.source:
+            return self
+        return ConfigError(self.reason, self.key, str(source))
 
 
 class StoreError(CtxwardenError):

@@ -154,6 +154,41 @@ def guess_api(request: Any) -> str:
 _ANTHROPIC_BLOCKS = frozenset(("tool_use", "tool_result", "thinking", "redacted_thinking"))
 
 
+def check_api(request: Any, api: str) -> None:
+    """Raise :class:`MalformedRequest` when ``request`` plainly belongs to another API
+    than ``api`` (a caller's explicit choice, e.g. ``--api``): a Responses body has
+    ``input``, not ``messages``; a Messages body has no ``tool`` or ``system`` role and
+    no ``tool_calls``. The engine itself reads what it can of any body."""
+    if not isinstance(request, dict):
+        return
+    has_messages, has_input = "messages" in request, "input" in request
+    if api == "openai.responses" and has_messages and not has_input:
+        raise MalformedRequest(
+            "messages is not a Responses field (that is input): openai.chat or anthropic.messages?",
+            ("messages",),
+        )
+    if api != "openai.responses" and has_input and not has_messages:
+        raise MalformedRequest(
+            f"input is not a {api} field (that is messages): openai.responses?", ("input",)
+        )
+    messages = request.get("messages")
+    if api != "anthropic.messages" or not isinstance(messages, list):
+        return
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") in ("tool", "system", "developer", "function"):
+            raise MalformedRequest(
+                f"role {message['role']!r} is not an Anthropic Messages role (openai.chat?)",
+                ("messages", i, "role"),
+            )
+        if "tool_calls" in message:
+            raise MalformedRequest(
+                "tool_calls is not an Anthropic Messages field (openai.chat?)",
+                ("messages", i, "tool_calls"),
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class Session:
     """A recorded agent session: an OpenAI chat message list and where it came from."""

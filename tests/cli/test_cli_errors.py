@@ -195,3 +195,86 @@ def test_recall_past_the_end_of_a_one_line_original(
     argv = ["recall", ref, "--lines", "5", "--data-dir", str(tmp_path)]
     line = _fails(capsys, argv)
     assert line.endswith(f"{ref} has 1 line")
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("[pipeline.mask]\nmin_tokenz = 3\n", "pipeline.mask.min_tokenz"),
+        ("[pipeline.planner]\nfloor_ratio = 2\n", "pipeline.planner.floor_ratio"),
+        ('preset = "fastest"\n', "preset"),
+        ("[budget]\ncontext_window = -1\n", "budget.context_window"),
+    ],
+)
+def test_a_config_error_names_its_file_and_key(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, request_file: Path, toml: str, key: str
+) -> None:
+    """Whichever command reads it, and the pipeline too (checked when the file is read,
+    not later when an engine is built from it)."""
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text("[pipeline.planner]\nfloor_ratio = 0.05\n")
+    bad.write_text(toml)
+    expected = f"{bad}: {key}: "
+    assert expected in _fails(capsys, ["condense", str(request_file), "--config", str(bad)])
+    sessions = tmp_path / "none"
+    sessions.mkdir()
+    argv = ["replay", str(sessions), "--config", str(good), "--config", str(bad)]
+    assert expected in _fails(capsys, argv)
+    with pytest.raises(ConfigError) as info:
+        Engine.from_file(bad)
+    assert str(info.value).startswith(expected) and info.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("body", "api", "where"),
+    [
+        (REQUEST, "openai.responses", "at /messages"),
+        ('{"model": "gpt-4o", "input": "hi"}', "openai.chat", "at /input"),
+        ('{"model": "m", "input": [{"role": "user", "content": "hi"}]}', "anthropic.messages",
+         "at /input"),
+        ('{"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "go"}, '
+         '{"role": "assistant", "content": null, "tool_calls": []}]}', "anthropic.messages",
+         "at /messages/1/tool_calls"),
+        ('{"model": "m", "max_tokens": 9, "messages": [{"role": "system", "content": "s"}]}',
+         "anthropic.messages", "at /messages/0/role"),
+    ],
+)  # fmt: skip
+def test_an_explicit_api_the_request_plainly_is_not_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str, api: str, where: str
+) -> None:
+    path = tmp_path / "request.json"
+    path.write_text(body)
+    line = _fails(capsys, ["condense", str(path), "--api", api])
+    assert where in line
+
+
+def test_an_explicit_api_that_fits_is_used(
+    capsys: pytest.CaptureFixture[str], request_file: Path
+) -> None:
+    assert main(["condense", str(request_file), "--api", "anthropic.messages"]) == 0
+    assert main(["condense", str(request_file), "--api", "openai.chat"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("flag", ["--json", "--html"])
+def test_replay_refuses_an_output_it_cannot_write_before_replaying(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctxwarden.cli.replay as replay_cli
+
+    def no_replay(*args: object, **kwargs: object) -> None:
+        raise AssertionError("replayed before checking the output")
+
+    monkeypatch.setattr(replay_cli, "run_replay", no_replay)
+    for out, message in ((tmp_path / "no" / "r.out", "no such directory"),
+                         (tmp_path, "is a directory")):  # fmt: skip
+        line = _fails(capsys, ["replay", flag, str(out)])
+        assert f"{out}: {message}" in line
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from ctxwarden import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"ctxwarden {__version__}\n"

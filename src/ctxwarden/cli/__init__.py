@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
 
+from ctxwarden import __version__
 from ctxwarden.errors import CtxwardenError
 
 __all__ = ["main"]
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxwarden", description="Condense LLM agent requests, keeping the protocol exact."
     )
+    parser.add_argument("--version", action="version", version=f"ctxwarden {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:
         register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] = (

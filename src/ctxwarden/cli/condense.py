@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from ctxwarden.cli.common import CliConsole, add_engine_options, engine_from_args, print_json
-from ctxwarden.io import bundled_sessions, dump_json, guess_api, load_request
+from ctxwarden.io import bundled_sessions, check_api, dump_json, guess_api, load_request
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.parts import ToolResultPart
 from ctxwarden.replay import DEFAULT_BASELINES, print_table, run_replay
@@ -44,6 +44,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _request(args: argparse.Namespace, *, exact: bool = False) -> tuple[dict[str, Any], str]:
     request = load_request(args.file, exact=exact)
+    if args.api:
+        check_api(request, args.api)
     api = args.api or guess_api(request)
     if getattr(args, "model", None) and isinstance(request, dict):
         request = {**request, "model": args.model}

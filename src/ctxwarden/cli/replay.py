@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ctxwarden.cli.common import CliConsole, non_negative_float, non_negative_int
 from ctxwarden.config import config_error
+from ctxwarden.errors import ReplayError
 from ctxwarden.io import bundled_sessions
 from ctxwarden.replay.gates import Gates, check_gates, load_gates
 from ctxwarden.replay.report_html import write_html
@@ -108,6 +109,16 @@ def _scenarios(args: argparse.Namespace, console: CliConsole) -> int:
     return 1 if failed and args.strict else 0
 
 
+def _check_writable(out: str) -> None:
+    """Fail before a long replay, not after it, when ``out`` cannot be written: its
+    folder must exist and ``out`` must not be a folder (:class:`ReplayError`)."""
+    path = Path(out)
+    if path.is_dir():
+        raise ReplayError(f"{out}: is a directory, not a file to write")
+    if not path.parent.is_dir():
+        raise ReplayError(f"{out}: no such directory {str(path.parent)!r}")
+
+
 def _replay(args: argparse.Namespace) -> int:
     console = CliConsole(width=None if sys.stdout.isatty() else 160)
     if args.scenarios is not None:
@@ -115,6 +126,9 @@ def _replay(args: argparse.Namespace) -> int:
     configs, gates = _configs(args)
     if args.gates:
         gates = load_gates(args.gates)
+    for out in (args.json, args.html):
+        if out:
+            _check_writable(out)
     baselines = [] if args.no_baselines else ["exact", *(f"mask:{n}" for n in args.mask or [10])]
     paths = args.paths or [str(p) for p in bundled_sessions()]
     options = ReplayOptions(

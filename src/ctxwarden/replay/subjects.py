@@ -20,9 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
-from ctxwarden.config import EngineConfig, StoreConfig, config_error, read_toml
+from ctxwarden.config import EngineConfig, StoreConfig, read_toml, validated_config
 from ctxwarden.engine import Engine
 from ctxwarden.errors import ConfigError, CtxwardenError
 from ctxwarden.replay.wire import MESSAGE_KEYS
@@ -181,12 +179,9 @@ def load_engine_config(path: str | Path) -> tuple[EngineConfig, dict[str, Any]]:
     data = read_toml(path)
     gates = data.pop("gates", {})
     if not isinstance(gates, dict):
-        raise ConfigError("must be a table", "gates")
+        raise ConfigError("must be a table", "gates", str(path))
     data.setdefault("store", {"backend": "memory"})
-    try:
-        return EngineConfig.model_validate(data), gates
-    except ValidationError as exc:
-        raise config_error(exc) from exc
+    return validated_config(data, path), gates
 
 
 def make_subject(spec: str | EngineConfig | Subject, name: str | None = None) -> Subject:
