@@ -60,6 +60,19 @@ def test_the_owed_body_limit_comes_from_flag_or_environment_and_is_checked() -> 
             settings_from_args(_args("--max-owed-body-bytes", bad), {})
 
 
+def test_the_owed_held_budget_comes_from_flag_or_environment_and_is_checked() -> None:
+    default = settings_from_args(_args(), {})[0]
+    assert default.max_owed_held_bytes is None
+    assert default.owed_held_bytes == default.max_owed_body_bytes  # one body of the largest
+    env = {"CTXWARDEN_MAX_OWED_HELD_BYTES": "1000"}
+    assert settings_from_args(_args(), env)[0].owed_held_bytes == 1000
+    flag = _args("--max-owed-held-bytes", "2000")
+    assert settings_from_args(flag, env)[0].owed_held_bytes == 2000
+    for bad, match in (("lots", "max-owed-held-bytes"), ("0", "max_owed_held_bytes")):
+        with pytest.raises(ConfigError, match=match):
+            settings_from_args(_args("--max-owed-held-bytes", bad), {})
+
+
 def test_tenant_secret_is_stable_private_and_keys_never_contain_the_credential(
     tmp_path: Path,
 ) -> None:

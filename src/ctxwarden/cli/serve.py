@@ -39,6 +39,12 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
         "largest body held to give it owed recall answers (larger: forwarded untouched)",
         256 * 1024 * 1024,
     ),
+    (
+        "--max-owed-held-bytes",
+        "bytes of such bodies held at once (more: forwarded untouched; default: "
+        "--max-owed-body-bytes)",
+        None,
+    ),
     ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),
     ("--memo-mb", "estimated MB the memos keep together (0: none kept; default 768)", None),
     ("--log-level", "debug | info | warning | error", "info"),
@@ -114,6 +120,12 @@ def settings_from_args(
             memo_mb = float(memo_mb)
         except ValueError:
             raise ConfigError(f"not a number: {memo_mb!r}", "memo_mb") from None
+    held = values["--max-owed-held-bytes"]
+    if held is not None:
+        try:
+            held = int(held)
+        except ValueError:
+            raise ConfigError(f"not a number: {held!r}", "max-owed-held-bytes") from None
     timeout = values["--read-timeout"]
     if not (math.isfinite(timeout) and timeout > 0):  # the flag's is checked when parsed
         raise ConfigError(f"{timeout} is not a number of seconds above 0", "read_timeout")
@@ -129,6 +141,7 @@ def settings_from_args(
         read_timeout=values["--read-timeout"],
         max_body_bytes=values["--max-body-bytes"],
         max_owed_body_bytes=values["--max-owed-body-bytes"],
+        max_owed_held_bytes=held,
         gc_interval=values["--gc-interval"],
         memo_mb=memo_mb,
     )

@@ -118,6 +118,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             await collector
     await state.upstream.close()
     state.executor.shutdown(wait=True, cancel_futures=True)
+    state.store_reads.shutdown(wait=True, cancel_futures=True)
 
 
 async def _collect_garbage(state: ProxyState) -> None:

@@ -49,12 +49,12 @@ from ctxwarden.errors import MalformedRequest, StoreError
 from ctxwarden.io import may_hold_wide_integer
 from ctxwarden.proxy.bodies import DecodedBody, decode_body
 from ctxwarden.proxy.dialects import DIALECTS
-from ctxwarden.proxy.owed import names_owing, owed_for, owing, settle, stored
+from ctxwarden.proxy.owed import may_name_previous, names_owing, owed_for, owing, settle, stored
 from ctxwarden.proxy.recall import REF_BYTES
 from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
 from ctxwarden.proxy.rollout import Decision, canary_key, canary_name, decide, header_mode
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
-from ctxwarden.proxy.state import STATE, ProxyState, RequestRecord
+from ctxwarden.proxy.state import STATE, Hold, ProxyState, RequestRecord
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 __all__ = ["handle_condensed", "handle_forward"]
@@ -251,7 +251,18 @@ async def _condensed(
     record: RequestRecord,
 ) -> web.StreamResponse:  # fmt: skip
     """Condense and relay one request; ``raw`` is the body as the client sent it, and
-    every path that does not rewrite it forwards exactly those bytes."""
+    every path that does not rewrite it forwards exactly those bytes. A Responses body
+    that inflates past ``max_body_bytes`` and is read on for what its tenant is owed
+    counts in ``state.owed_held`` until its exchange ends."""
+    with state.owed_held.hold() as hold:
+        return await _condense_one(request, state, api, family, raw, record, hold)
+
+
+async def _condense_one(
+    request: web.Request, state: ProxyState, api: str, family: Family, raw: bytes,
+    record: RequestRecord, hold: Hold,
+) -> web.StreamResponse:  # fmt: skip
+    """:func:`_condensed`, with the ``hold`` a Responses body read on counts in."""
     ex = Exchange(state, request, _upstream_url(state, family, request))
     record.set(api=api, bytes_before=len(raw), bytes_after=len(raw))
     wanted = header_mode(request.headers.get("x-ctxwarden-mode"))
@@ -259,23 +270,33 @@ async def _condensed(
     quick = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
                    canary_percent=100, session=None)  # fmt: skip
     tenant = state.tenants.for_headers(request.headers)
+    responses = api == "openai.responses"
+    cap = state.settings.max_body_bytes
     if quick.mode == "exact":
         record.mode = "exact"
         record.set(rollout_reason=quick.reason)
-        if api != "openai.responses":
+        if not responses:
             return await relay(ex, raw, record)
         # a Responses continuation still gets what the response it continues owes
-        decoded = await _decode(ex, raw, state.settings.max_body_bytes)
+        decoded = await _read_responses(ex, tenant, raw, hold)
+        if decoded.data is None:
+            return await relay(ex, raw, record)
+        if len(decoded.data) > cap:
+            return await _settle_held(ex, record, tenant, raw, decoded)
         return await _as_sent(ex, record, tenant, raw, decoded, stdlib=False)
-    decoded = await _decode(ex, raw, state.settings.max_body_bytes)
-    if decoded.data is None:  # forwarded as sent, unless it owes recall answers
-        record.set(fallback_reason=f"proxy: {decoded.reason}", fallbacks=1)
-        if api == "openai.responses":
-            return await _unread(ex, record, tenant, raw, decoded)
+    if responses:
+        decoded = await _read_responses(ex, tenant, raw, hold)
+    else:
+        decoded = await _decode(ex, raw, cap)
+    if decoded.data is None:  # forwarded as sent
+        reason = f"limit: body over {cap} bytes" if decoded.over_limit else decoded.reason
+        record.set(fallback_reason=f"proxy: {reason}", fallbacks=1)
         return await relay(ex, raw, record)
+    if len(decoded.data) > cap:  # read on: its tenant is owed recall answers
+        record.set(fallback_reason=f"proxy: limit: body over {cap} bytes", fallbacks=1)
+        return await _settle_held(ex, record, tenant, raw, decoded)
     body = decoded.data
     record.set(bytes_before=len(body), bytes_after=len(body))
-    responses = api == "openai.responses"
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -287,7 +308,7 @@ async def _condensed(
         return await relay(ex, raw, record)
     if not isinstance(parsed, dict):
         return _error(family, 400, "request body must be a JSON object at /", param="")
-    if may_hold_wide_integer(body) and await _has_wide_integer(body):
+    if await _may_hold_wide(body) and await _has_wide_integer(body):
         # orjson reads an integer past 64 bits as a float: a rewrite would change it
         record.set(fallback_reason=_WIDE_INTEGER, fallbacks=1)
         if responses:
@@ -357,29 +378,92 @@ async def _condensed(
     return await relay(ex, out, record)
 
 
+def _coding(ex: Exchange) -> str | None:
+    """The body's ``Content-Encoding`` still to undo (none when the server did)."""
+    return None if ex.server_decoded else ex.request.headers.get("Content-Encoding")
+
+
+def _decode_inline(raw: bytes, coding: str | None, limit: int) -> DecodedBody | None:
+    """``raw`` read through ``coding`` (:mod:`.bodies`) on the loop when that is cheap:
+    no coding, or a small body inflating to at most :data:`_INLINE_PARSE_BYTES`
+    (what decodes to more is decoded at most that far); ``None``: decode it off-loop."""
+    if not coding:
+        return decode_body(raw, coding, limit)
+    if len(raw) > _INLINE_PARSE_BYTES:
+        return None
+    small = decode_body(raw, coding, min(limit, _INLINE_PARSE_BYTES))
+    if small.over_limit and limit > _INLINE_PARSE_BYTES:
+        return None
+    return small
+
+
 async def _decode(ex: Exchange, raw: bytes, limit: int) -> DecodedBody:
-    """``raw`` read through its ``Content-Encoding`` (see :mod:`.bodies`)."""
-    coding = None if ex.server_decoded else ex.request.headers.get("Content-Encoding")
-    if coding and len(raw) > _INLINE_PARSE_BYTES:  # inflating it would stall other streams
-        return await asyncio.to_thread(decode_body, raw, coding, limit)
-    return decode_body(raw, coding, limit)
+    """``raw`` read through its ``Content-Encoding`` (see :mod:`.bodies`), at most
+    ``limit`` bytes; off-loop unless it decodes small (:func:`_decode_inline`)."""
+    coding = _coding(ex)
+    decoded = _decode_inline(raw, coding, limit)
+    if decoded is not None:
+        return decoded
+    return await asyncio.to_thread(decode_body, raw, coding, limit)
+
+
+async def _read_responses(ex: Exchange, tenant: str, raw: bytes, hold: Hold) -> DecodedBody:
+    """A Responses body (``raw``, within ``max_body_bytes`` as sent) read through its
+    ``Content-Encoding``: up to ``max_body_bytes``, or, when it may inflate past that
+    and its tenant is owing (:func:`~.owed.owing`), decoded once up to the owed cap
+    (:func:`_decode_held`; ``hold`` then holds it when past ``max_body_bytes``). When
+    an owing tenant's body cannot be read, :func:`_unsettled` says so."""
+    state = ex.state
+    cap = state.settings.max_body_bytes
+    coding = _coding(ex)
+    decoded = _decode_inline(raw, coding, cap)
+    if decoded is not None and decoded.data is not None:
+        return decoded
+    if decoded is not None and not decoded.over_limit:  # a coding not read here
+        if await owing(state, tenant):
+            _unsettled(state, "coding")
+        return decoded
+    if await owing(state, tenant):
+        return await _decode_held(state, raw, coding, hold)
+    if decoded is None:
+        decoded = await asyncio.to_thread(decode_body, raw, coding, cap)
+    return decoded
+
+
+async def _decode_held(
+    state: ProxyState, raw: bytes, coding: str | None, hold: Hold
+) -> DecodedBody:
+    """``raw`` of a tenant that is owing, decoded off-loop: up to the owed cap when
+    ``hold`` can grow to it (else to ``max_body_bytes``); ``hold`` keeps the larger of
+    its sizes when that is past ``max_body_bytes`` (it is then held for what is owed),
+    nothing otherwise. A body that cannot be read is counted (:func:`_unsettled`):
+    ``busy`` when only the budget stopped it."""
+    cap = state.settings.max_body_bytes
+    wide = hold.grow_to(max(len(raw), state.settings.owed_cap))
+    limit = state.settings.owed_cap if wide else cap
+    decoded = await asyncio.to_thread(decode_body, raw, coding, limit)
+    size = max(len(raw), len(decoded.data or b""))
+    hold.resize(size if size > cap else 0)
+    if decoded.data is None:
+        _unsettled(state, ("over_limit" if wide else "busy") if decoded.over_limit else "coding")
+    return decoded
 
 
 async def _as_sent(
     ex: Exchange, record: RequestRecord, tenant: str, raw: bytes, decoded: DecodedBody,
-    *, stdlib: bool,
+    *, stdlib: bool, searched: bool = False,
 ) -> web.StreamResponse:  # fmt: skip
     """Forward ``raw`` as the client sent it (a Responses request ctxwarden does not
-    condense: exact mode, JSON only the stdlib reads, an integer past 64 bits) - unless
-    it continues a stored response that still owes recall answers (:mod:`.owed`): then
-    its body with them before its input, nothing else changed (``stdlib``: read and
-    written by Python's ``json``, which keeps wide integers and lone surrogates). The
-    store is read only for a request naming a ``previous_response_id``; a body that
-    could not be decoded within ``max_body_bytes`` goes to :func:`_unread`."""
+    condense: exact mode, JSON only the stdlib reads, an integer past 64 bits, a body
+    past ``max_body_bytes``) - unless it continues a stored response that still owes
+    recall answers (:mod:`.owed`): then its body (``decoded``, read) with them before
+    its input, nothing else changed (``stdlib``: read and written by Python's
+    ``json``, which keeps wide integers and lone surrogates). The store is read only
+    for a body that may name a ``previous_response_id`` (escaped or not; ``searched``:
+    the caller found one already)."""
     body = decoded.data
-    if body is None:
-        return await _unread(ex, record, tenant, raw, decoded)
-    if b"previous_response_id" not in body:
+    assert body is not None
+    if not searched and not await _off_loop_if_large(may_name_previous, body):
         return await relay(ex, raw, record)
     parsed: Any = None
     if not stdlib:
@@ -394,7 +478,7 @@ async def _as_sent(
     owed = await owed_for(ex.state, tenant, parsed)
     if not owed:
         return await relay(ex, raw, record)
-    if not stdlib and may_hold_wide_integer(body) and await _has_wide_integer(body):
+    if not stdlib and await _may_hold_wide(body) and await _has_wide_integer(body):
         parsed, stdlib = await _stdlib_load(body), True
         if not isinstance(parsed, dict):
             return await relay(ex, raw, record)
@@ -408,9 +492,29 @@ async def _as_sent(
     return await relay(ex, out, record)
 
 
-def _owed_cap(state: ProxyState) -> int:
-    """Bytes a Responses body that may owe recall answers is read and decoded to."""
-    return max(state.settings.max_owed_body_bytes, state.settings.max_body_bytes)
+async def _read_held(
+    request: web.Request, cap: int, head: bytes, hold: Hold
+) -> tuple[bytes, str | None]:
+    """The body (``head`` read already) read whole up to ``cap`` bytes, each held in
+    ``hold`` first: ``(body, None)``; else ``(what was read, why it stopped)``, the
+    rest unread: ``over_limit`` past ``cap``, ``busy`` when ``hold`` cannot grow.
+    Raises ``web.RequestPayloadError`` when the client's body is cut off or badly
+    framed."""
+    length = request.content_length
+    if (length is not None and length > cap) or len(head) > cap:
+        return head, "over_limit"
+    if not hold.grow_to(max(len(head), length or 0)):
+        return head, "busy"
+    parts = [head]
+    size = len(head)
+    while chunk := await request.content.readany():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            return b"".join(parts), "over_limit"
+        if not hold.grow_to(size):
+            return b"".join(parts), "busy"
+    return b"".join(parts), None
 
 
 async def _over_cap(
@@ -418,46 +522,29 @@ async def _over_cap(
 ) -> web.StreamResponse:
     """A Responses body over ``max_body_bytes`` (``head`` read so far; never condensed):
     streamed through as sent, unless its tenant has recall answers owed (:mod:`.owed`):
-    then read whole, up to ``max_owed_body_bytes``, and given what the response it
-    continues owes (:func:`_settle_held`)."""
+    then read whole, up to ``max_owed_body_bytes`` and within ``max_owed_held_bytes``
+    (held in ``state.owed_held`` until its exchange ends), and given what the response
+    it continues owes (:func:`_settle_held`)."""
     state = ex.state
     tenant = state.tenants.for_headers(ex.request.headers)
     if not await owing(state, tenant):
         return await _stream_through(ex, record, family, head)
-    cap = _owed_cap(state)
-    try:
-        raw, whole = await _read_capped(ex.request, cap, head)
-    except web.RequestPayloadError:
-        return await _unreadable(family)
-    if not whole:
-        _unsettled(state, "over_limit")
-        return await _stream_through(ex, record, family, raw)
-    record.set(bytes_before=len(raw), bytes_after=len(raw))
-    decoded = await _decode(ex, raw, cap)
-    if decoded.data is None:
-        _unsettled(state, "over_limit" if decoded.over_limit else "coding")
-        return await relay(ex, raw, record)
-    return await _settle_held(ex, record, tenant, raw, decoded)
-
-
-async def _unread(
-    ex: Exchange, record: RequestRecord, tenant: str, raw: bytes, decoded: DecodedBody
-) -> web.StreamResponse:
-    """A Responses body (``raw``, within ``max_body_bytes``) that could not be read:
-    forwarded as sent, unless its tenant has recall answers owed (:mod:`.owed`) and
-    only the limit stopped it (it inflates past ``max_body_bytes``): then it is decoded
-    up to ``max_owed_body_bytes`` and given what the response it continues owes. What
-    cannot be read even so (another coding, a corrupt stream, past that limit) goes as
-    sent, with a warning and a count when owed answers may be missing from it."""
-    state = ex.state
-    if not await owing(state, tenant):
-        return await relay(ex, raw, record)
-    if decoded.over_limit:
-        decoded = await _decode(ex, raw, _owed_cap(state))
-        if decoded.data is not None:
-            return await _settle_held(ex, record, tenant, raw, decoded)
-    _unsettled(state, "over_limit" if decoded.over_limit else "coding")
-    return await relay(ex, raw, record)
+    with state.owed_held.hold() as hold:
+        try:
+            raw, stopped = await _read_held(ex.request, state.settings.owed_cap, head, hold)
+        except web.RequestPayloadError:
+            return await _unreadable(family)
+        if stopped is not None:
+            _unsettled(state, stopped)
+            return await _stream_through(ex, record, family, raw)
+        record.set(bytes_before=len(raw), bytes_after=len(raw))
+        coding = _coding(ex)
+        decoded = DecodedBody(raw, coded=False)
+        if coding:
+            decoded = await _decode_held(state, raw, coding, hold)
+        if decoded.data is None:
+            return await relay(ex, raw, record)
+        return await _settle_held(ex, record, tenant, raw, decoded)
 
 
 async def _settle_held(
@@ -472,18 +559,24 @@ async def _settle_held(
     record.set(bytes_before=len(body), bytes_after=len(body))
     if not await names_owing(ex.state, tenant, body):
         return await relay(ex, raw, record)
-    return await _as_sent(ex, record, tenant, raw, decoded, stdlib=False)
+    return await _as_sent(ex, record, tenant, raw, decoded, stdlib=False, searched=True)
 
 
 def _unsettled(state: ProxyState, reason: str) -> None:
     """A Responses request goes as sent although its tenant has recall answers owed,
     maybe to the response it continues: counted and logged, no contents."""
     state.owed_unsettled.labels(reason).inc()
-    why = "past max_owed_body_bytes" if reason == "over_limit" else "in a content coding"
     _log.warning(
         "a Responses request went upstream as sent: its body could not be read (%s), so "
-        "recall answers the response it continues may owe were not added", why,
+        "recall answers the response it continues may owe were not added", _WHY[reason],
     )  # fmt: skip
+
+
+_WHY = {
+    "over_limit": "past max_owed_body_bytes",
+    "coding": "in a content coding",
+    "busy": "max_owed_held_bytes were held by other requests",
+}
 
 
 def _note_decision(
@@ -663,6 +756,18 @@ async def _stdlib_dump(value: Any) -> bytes:
             return json.dumps(value, separators=(",", ":")).encode()
 
     return await asyncio.to_thread(write)
+
+
+async def _off_loop_if_large(scan: Callable[[bytes], T], body: bytes) -> T:
+    """``scan(body)`` for a scan linear in ``body``: off-loop when it is large."""
+    if len(body) <= _INLINE_PARSE_BYTES:
+        return scan(body)
+    return await asyncio.to_thread(scan, body)
+
+
+async def _may_hold_wide(body: bytes) -> bool:
+    """:func:`~ctxwarden.io.may_hold_wide_integer`, off-loop for a large body."""
+    return await _off_loop_if_large(may_hold_wide_integer, body)
 
 
 async def _has_wide_integer(body: bytes) -> bool:

@@ -37,18 +37,26 @@ client sent it.
 
 A body over ``max_body_bytes`` (as sent, or once its ``gzip``/``deflate`` is undone)
 is never condensed, but still gets what is owed. Each write of owed items also marks
-their tenant as owing (:func:`owing`, written after the items, so it outlives them);
-for a tenant without the mark such a body streams through untouched, as before. With
-it the body is read whole, up to ``max_owed_body_bytes``, and searched for
-``previous_response_id`` without parsing (:func:`previous_ids`: every string key of
-that name, nested ones too, so the top-level one is among them); it is parsed only
-when one of those names a response that owes items, then settled as an exact-mode
-request is. Past ``max_owed_body_bytes`` it streams through as sent. A body in a
+their tenant as owing (:func:`owing`: written before the items and again after them,
+so it exists whenever they do and outlives them); for a tenant without the mark such
+a body streams through untouched, as before. The mark is read without waiting for the
+engine thread, and not at all for a tenant this process wrote owed items for within
+the store's TTL (other replicas read the store, which stays the source of truth).
+With it the body is read whole, up to ``max_owed_body_bytes`` and within the
+process's ``max_owed_held_bytes`` (:class:`~ctxwarden.proxy.state.HeldBytes`),
+inflated off the event loop, and searched for ``previous_response_id`` without
+parsing (:func:`previous_ids`: every string key of that name, nested ones too, so the
+top-level one is among them; a body escaping a letter or ``_`` with ``\\u``, which
+could spell the key with other bytes, or repeating the key too often, is parsed
+instead); it is parsed only when one of those names a response that owes items, then
+settled as an exact-mode request is. Past ``max_owed_body_bytes``, or when other
+requests hold ``max_owed_held_bytes``, it streams through as sent. A body in a
 ``Content-Encoding`` the proxy does not decode (``br``, ``zstd``, a corrupt stream)
 cannot tell which response it continues: it goes as sent, since refusing it would
-fail requests that owe nothing. In both cases, when its tenant is owing, a warning
-(no contents) and the ``ctxwarden_owed_unsettled_total`` counter say what is owed may
-be missing: the upstream then refuses the continuation if it was.
+fail requests that owe nothing. In these cases, when its tenant is owing, a warning
+(no contents) and the ``ctxwarden_owed_unsettled_total`` counter (``reason``:
+``over_limit``, ``busy``, ``coding``) say what is owed may be missing: the upstream
+then refuses the continuation if it was.
 """
 
 from __future__ import annotations
@@ -57,17 +65,18 @@ import asyncio
 import json
 import logging
 import re
+import time
 from typing import Any
 
 import orjson
 
 from ctxwarden.errors import StoreError
 from ctxwarden.proxy.recall import RecallAnswer
-from ctxwarden.proxy.state import ProxyState
+from ctxwarden.proxy.state import OWING_TENANTS, ProxyState
 
 __all__ = [
-    "names_owing", "outputs", "owed_for", "owed_key", "owing", "previous_ids", "remember",
-    "settle", "stored",
+    "may_name_previous", "names_owing", "outputs", "owed_for", "owed_key", "owing",
+    "previous_ids", "remember", "settle", "stored",
 ]  # fmt: skip
 
 _log = logging.getLogger("ctxwarden.proxy")
@@ -99,39 +108,78 @@ def stored(request: dict[str, Any]) -> bool:
 
 async def remember(state: ProxyState, tenant: str, response_id: Any, items: list[Any]) -> bool:
     """Keep ``items`` as what ``response_id`` owes; False when the store failed (the
-    client's continuation will then be refused upstream)."""
+    client's continuation will then be refused upstream).
+
+    The tenant's mark (:func:`owing`) is written first, then the items, then the mark
+    again: a failed first write leaves nothing, a failed later one leaves the mark
+    written before the items, so items never exist without a mark, and the last write
+    of the mark (after the items) makes it outlive them."""
     if not items or not isinstance(response_id, str) or not response_id:
         return True
     data = orjson.dumps(items)
     key = owed_key(response_id)
     store = state.engine.store
 
-    def put() -> None:  # the mark after the items: written last, it expires last
+    def put() -> None:
+        store.put_state(tenant, _OWING, b"1")
         store.put_state(tenant, key, data)
         store.put_state(tenant, _OWING, b"1")
 
+    began = time.monotonic()
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.executor, put)
     except StoreError as exc:
         _log.error("could not keep the recall answers a response owes: %s", exc)
         return False
+    _note_owing(state, tenant, began)
     return True
+
+
+def _note_owing(state: ProxyState, tenant: str, began: float) -> None:
+    """Remember that ``tenant``'s mark was written after ``began`` (a monotonic time,
+    so the mark outlives the record); past :data:`~ctxwarden.proxy.state.OWING_TENANTS`
+    the least recently written tenant is forgotten."""
+    record = state.owing_since
+    record.pop(tenant, None)
+    record[tenant] = began
+    if len(record) > OWING_TENANTS:
+        del record[next(iter(record))]
 
 
 async def owing(state: ProxyState, tenant: str) -> bool:
     """Whether a response of ``tenant``'s may owe items (within the store's TTL of the
     last write of owed items); False when the store cannot say (then nothing owed
-    could be read either)."""
+    could be read either).
+
+    Never waits for the engine thread: a tenant this process wrote owed items for
+    within the TTL is owing without a read (:attr:`ProxyState.owing_since`); otherwise
+    the store, which other replicas write too, is read on ``state.store_reads``."""
+    began = state.owing_since.get(tenant)
+    if began is not None and time.monotonic() - began < _ttl(state):
+        return True
+    return bool(await _read_state(state, tenant, _OWING, "whether responses owe recall answers"))
+
+
+def _ttl(state: ProxyState) -> float:
+    """Seconds the store keeps session state after its last write."""
+    ttl = getattr(state.engine.store, "ttl", None)
+    if isinstance(ttl, int | float) and not isinstance(ttl, bool):
+        return float(ttl)
+    return float(state.engine.config.store.ttl_seconds)
+
+
+async def _read_state(state: ProxyState, tenant: str, name: str, what: str) -> bytes | None:
+    """Session state ``name`` of ``tenant``, read on ``state.store_reads`` (not behind
+    a condense); ``None`` when absent or when the store fails (logged: ``what``)."""
     loop = asyncio.get_running_loop()
     try:
-        mark = await loop.run_in_executor(
-            state.executor, state.engine.store.get_state, tenant, _OWING
+        return await loop.run_in_executor(
+            state.store_reads, state.engine.store.get_state, tenant, name
         )
     except StoreError as exc:
-        _log.error("could not read whether responses owe recall answers: %s", exc)
-        return False
-    return bool(mark)
+        _log.error("could not read %s: %s", what, exc)
+        return None
 
 
 async def owed_for(state: ProxyState, tenant: str, request: dict[str, Any]) -> list[Any]:
@@ -144,14 +192,7 @@ async def _owed_by(state: ProxyState, tenant: str, previous: Any) -> list[Any]:
     """What response ``previous`` owes (see :func:`owed_for`)."""
     if not isinstance(previous, str) or not previous:
         return []
-    loop = asyncio.get_running_loop()
-    try:
-        data = await loop.run_in_executor(
-            state.executor, state.engine.store.get_state, tenant, owed_key(previous)
-        )
-    except StoreError as exc:
-        _log.error("could not read the recall answers a response owes: %s", exc)
-        return []
+    data = await _read_state(state, tenant, owed_key(previous), "the recall answers owed")
     if not data:
         return []
     try:
@@ -172,17 +213,42 @@ one the upstream gave)."""
 MAX_PREVIOUS_IDS = 16
 """Distinct ``previous_response_id`` values :func:`previous_ids` gives at most."""
 
+MAX_PREVIOUS_KEYS = 1024
+"""``previous_response_id`` keys :func:`previous_ids` looks at, at most."""
+
+_ESCAPED_NAME_BYTE = re.compile(rb"\\u00(?:5[fF]|6[1-9a-fA-F]|7[0-9aA])")
+"""A ``\\u`` escape of a byte of the key's name (a lowercase letter or ``_``): a key
+spelled so is not found by its bytes. No JSON writer escapes these, so a body with
+one is simply parsed."""
+
+
+def _escapes_name_byte(body: bytes) -> bool:
+    """Whether ``body`` holds a :data:`_ESCAPED_NAME_BYTE` (a fast search first)."""
+    return b"\\u00" in body and _ESCAPED_NAME_BYTE.search(body) is not None
+
+
+def may_name_previous(body: bytes) -> bool:
+    """Whether the JSON ``body`` may hold a ``previous_response_id`` key (any key, at
+    any depth, escapes included); False means it cannot."""
+    return _PREVIOUS_KEY[1:-1] in body or _escapes_name_byte(body)
+
 
 def previous_ids(body: bytes) -> list[str] | None:
     """Every string value of a ``"previous_response_id"`` key in the JSON ``body``,
     found without parsing it: the top-level one, when there is one, is among them
     (a quote inside a JSON string is escaped, so the key is found only as a key or as
     the end of one, which adds a candidate, never hides one). In order of appearance,
-    each once; ``None`` past :data:`MAX_PREVIOUS_IDS` distinct values (only a parse
-    can tell which is the top-level one)."""
+    each once. ``None`` when only a parse can tell which is the top-level one: past
+    :data:`MAX_PREVIOUS_IDS` distinct values or :data:`MAX_PREVIOUS_KEYS` keys, or
+    when the body escapes a letter or ``_`` (``"previous\\u005fresponse_id"`` is the
+    same key, spelled with other bytes)."""
+    if _escapes_name_byte(body):
+        return None
     found: list[str] = []
     at = body.find(_PREVIOUS_KEY)
-    while at >= 0:
+    for _ in range(MAX_PREVIOUS_KEYS):
+        if at < 0:
+            return found
         end = at + len(_PREVIOUS_KEY)
         match = _PREVIOUS_VALUE.match(body, end)
         if match is not None:
@@ -193,7 +259,7 @@ def previous_ids(body: bytes) -> list[str] | None:
                 found.append(value)
             end = match.end()
         at = body.find(_PREVIOUS_KEY, end)
-    return found
+    return found if at < 0 else None
 
 
 def _json_string(escaped: bytes) -> str | None:

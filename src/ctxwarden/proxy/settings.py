@@ -41,6 +41,11 @@ class ProxySettings:
     """Bytes a Responses body past ``max_body_bytes`` is read to, held in memory, when
     its tenant has recall answers owed (:mod:`ctxwarden.proxy.owed`; past it, and for
     other tenants, it streams through as sent; never less than ``max_body_bytes``)."""
+    max_owed_held_bytes: int | None = None
+    """Bytes of such bodies held at once, process-wide (each counted at the larger of
+    its sizes as sent and decoded, until its exchange ends; it peaks at about three
+    times that). None: :attr:`owed_held_bytes` (one body of the largest size). A body
+    that finds them held streams through as sent, counted and warned about."""
     max_messages: int = 20_000
     max_recall_rounds: int = 3
     max_recall_calls: int = 8
@@ -54,6 +59,16 @@ class ProxySettings:
     :data:`ctxwarden.memo.DEFAULT_MEMO_BUDGET`, 768 MB).
     Process-wide: :func:`ctxwarden.proxy.build_app` applies it with
     :func:`ctxwarden.memo.set_memo_budget`."""
+
+    @property
+    def owed_cap(self) -> int:
+        """Bytes a Responses body that may owe recall answers is read and decoded to."""
+        return max(self.max_owed_body_bytes, self.max_body_bytes)
+
+    @property
+    def owed_held_bytes(self) -> int:
+        """The budget of bytes held for owed answers (``max_owed_held_bytes``)."""
+        return self.owed_cap if self.max_owed_held_bytes is None else self.max_owed_held_bytes
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -76,6 +91,10 @@ class ProxySettings:
                      "max_recall_calls", "max_recall_bytes", "pool_size"):  # fmt: skip
             if not getattr(self, name) >= 1:
                 raise ConfigError(f"{getattr(self, name)} is not a positive limit", name)
+        if self.max_owed_held_bytes is not None and not self.max_owed_held_bytes >= 1:
+            raise ConfigError(
+                f"{self.max_owed_held_bytes} is not a positive limit", "max_owed_held_bytes"
+            )
         if not self.max_recall_rounds >= 0:
             raise ConfigError(
                 f"{self.max_recall_rounds} is not 0 (off) or more", "max_recall_rounds"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +22,65 @@ from ctxwarden.proxy.tenant import TenantKeys
 from ctxwarden.proxy.upstream import Upstream
 from ctxwarden.telemetry import Fanout, ProxyMetrics
 
-__all__ = ["STATE", "ProxyState", "RequestRecord"]
+__all__ = ["STATE", "HeldBytes", "Hold", "ProxyState", "RequestRecord"]
 
 _log = logging.getLogger("ctxwarden.proxy")
+
+
+class HeldBytes:
+    """The process-wide budget of bytes held whole to give Responses bodies past
+    ``max_body_bytes`` the recall answers they owe (:mod:`ctxwarden.proxy.owed`).
+
+    A body counts with the larger of its sizes as sent and decoded, from when it is
+    held until its exchange ends (it peaks at about three times that: the bytes, the
+    parsed value, the rewrite). Used on the event loop only, so no lock."""
+
+    __slots__ = ("held", "total")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.held = 0
+
+    @contextmanager
+    def hold(self) -> Iterator[Hold]:
+        """A :class:`Hold` of nothing yet, released however the block ends."""
+        hold = Hold(self)
+        try:
+            yield hold
+        finally:
+            hold.resize(0)
+
+
+class Hold:
+    """One request's share of :class:`HeldBytes`."""
+
+    __slots__ = ("_budget", "size")
+
+    def __init__(self, budget: HeldBytes) -> None:
+        self._budget = budget
+        self.size = 0
+
+    def grow_to(self, size: int) -> bool:
+        """Hold ``size`` bytes (at least what is held already); False, holding what it
+        did, when the budget cannot give the rest."""
+        extra = size - self.size
+        if extra <= 0:
+            return True
+        if self._budget.held + extra > self._budget.total:
+            return False
+        self.resize(size)
+        return True
+
+    def resize(self, size: int) -> None:
+        """Hold exactly ``size`` bytes, within the budget or not (shrinking only
+        gives back)."""
+        self._budget.held += size - self.size
+        self.size = size
+
+
+OWING_TENANTS = 10_000
+"""Tenants :attr:`ProxyState.owing_since` remembers at most (the oldest go first:
+only the fast path is lost, the store still answers)."""
 
 
 @dataclass(slots=True)
@@ -38,6 +95,10 @@ class ProxyState:
     condense, see :func:`ctxwarden.proxy.handlers.handle_condensed`): each leaves the
     set when done, and app cleanup drains them (:meth:`drain`), so none is destroyed
     pending.
+
+    ``store_reads`` runs the few store reads that must not wait behind a condense on
+    ``executor`` (whether a tenant owes recall answers: :func:`ctxwarden.proxy.owed.owing`);
+    every store backend is safe across threads.
     """
 
     engine: Engine
@@ -52,19 +113,31 @@ class ProxyState:
     """The server hands request bodies over as sent, codings and all (``RunningServer``
     sets it when it turns aiohttp's ``auto_decompress`` off)."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    store_reads: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="ctxwarden-store")
+    )
+    owing_since: dict[str, float] = field(default_factory=dict)
+    """Tenants this process wrote owed recall answers for, each with the
+    ``time.monotonic()`` before its last such write (at most :data:`OWING_TENANTS`,
+    the least recently written dropped first): within the store's TTL of it the tenant
+    is owing without asking the store (:func:`ctxwarden.proxy.owed.owing`)."""
+    owed_held: HeldBytes = field(init=False)
+    """Bytes held for owed answers (``settings.max_owed_held_bytes``)."""
     owed_unsettled: Counter = field(init=False)
     """Responses requests forwarded as sent although recall answers their tenant owes
-    may be missing from them (the body could not be read: :mod:`ctxwarden.proxy.owed`),
-    by ``reason``: ``over_limit`` (past ``max_owed_body_bytes``) or ``coding``."""
+    may be missing from them (:mod:`ctxwarden.proxy.owed`), by ``reason``:
+    ``over_limit`` (past ``max_owed_body_bytes``), ``coding`` (the body could not be
+    read) or ``busy`` (``max_owed_held_bytes`` were held by other requests)."""
 
     def __post_init__(self) -> None:
+        self.owed_held = HeldBytes(self.settings.owed_held_bytes)
         self.owed_unsettled = Counter(
             "ctxwarden_owed_unsettled",
             "Responses requests forwarded as sent while recall answers may be owed.",
             ("reason",),
             registry=self.metrics.registry,
         )
-        for reason in ("over_limit", "coding"):
+        for reason in ("over_limit", "coding", "busy"):
             self.owed_unsettled.labels(reason)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
