@@ -82,3 +82,13 @@ async def test_the_fake_checks_a_continuation_only_the_stdlib_reads() -> None:
             assert r.status == 400
             message = (await r.json())["error"]["message"]
             assert message == "No tool output found for function call c1."
+
+
+async def test_a_body_not_in_its_coding_is_refused_400_not_a_crash() -> None:
+    async with FakeUpstream() as fake, aiohttp.ClientSession() as session:
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        url = fake.url + "/v1/chat/completions"
+        async with session.post(url, data=b'{"not": "gzip"}', headers=headers) as r:
+            assert r.status == 400
+            assert "could not read the request body" in (await r.json())["error"]["message"]
+        await _chat(fake, 1)  # and it goes on serving

@@ -208,3 +208,21 @@ async def test_burst_of_bad_requests_then_a_good_one(make_proxy: ProxyFactory) -
         assert status == 200 and body["choices"][0]["message"]["content"]
         async with aiohttp.ClientSession() as session, session.get(proxy.url + "/healthz") as r:
             assert r.status == 200
+
+
+async def test_a_port_in_use_fails_start_and_closes_the_upstream_client(
+    proxy: Proxy,
+) -> None:
+    """Binding fails (the port is the running proxy's): start raises, and the app's
+    startup is undone - its upstream client closed, not left for the garbage collector
+    to report as an unclosed session."""
+    from ctxwarden.proxy import ProxySettings, RunningServer, build_app
+    from ctxwarden.proxy.state import STATE
+    from tests.proxy.conftest import SECRET
+
+    port = int(proxy.url.rsplit(":", 1)[1])
+    app = build_app(proxy.engine, ProxySettings(), tenant_secret=SECRET)
+    with pytest.raises(OSError):
+        await RunningServer(app, port=port).start()
+    upstream = app[STATE].upstream
+    assert upstream is not None and upstream.session.closed

@@ -78,11 +78,19 @@ async def test_shadow_mode_sends_the_original_bytes(make_proxy: ProxyFactory) ->
 
 
 async def test_admin_endpoint_is_off_without_a_token(make_proxy: ProxyFactory) -> None:
+    """Off, and answered by the proxy: an admin call (its headers, a token) never goes
+    to the provider; neither does any other ``/_ctxwarden/`` path."""
     async with make_proxy() as proxy, aiohttp.ClientSession() as s:
-        async with s.post(proxy.url + ADMIN_PATH, json={"engaged": True}) as r:
-            # not an admin route: forwarded like any unknown path (the fake says 404)
+        token = {"x-ctxwarden-admin-token": TOKEN}
+        async with s.post(proxy.url + ADMIN_PATH, json={"engaged": True}, headers=token) as r:
             assert r.status == 404
+            assert "--admin-token" in (await r.json())["error"]
+        async with s.get(proxy.url + ADMIN_PATH) as r:
+            assert r.status == 404
+        async with s.get(proxy.url + "/_ctxwarden/other") as r:
+            assert r.status == 404 and "/_ctxwarden/other" in (await r.json())["error"]
         assert proxy.state.kill_switch.engaged is False
+        assert not any(q.path.startswith("/_ctxwarden") for q in proxy.fake.received)
 
 
 async def test_admin_kill_switch_needs_the_token_and_forces_exact(

@@ -8,6 +8,10 @@ Endpoints besides the API routes (see :mod:`ctxwarden.proxy.handlers`):
 - ``GET|POST /_ctxwarden/kill-switch``: only when an admin token is configured; only
   from loopback peers; the token must be sent as ``x-ctxwarden-admin-token``.
   ``POST {"engaged": true|false}`` sets the switch (exact mode for every request).
+
+Every path under ``/_ctxwarden/`` is the proxy's own: one it does not serve (the
+kill switch without a token) is answered 404 here, never forwarded upstream with its
+headers.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ def build_app(
     app.router.add_get("/metrics", _metrics)
     if settings.admin_token:
         app.router.add_route("*", ADMIN_PATH, _admin)
+    app.router.add_route("*", "/_ctxwarden/{tail:.*}", _own_path)
     for path in CONDENSED_ROUTES:
         app.router.add_post(path, handle_condensed)
     app.router.add_route("*", "/{tail:.*}", handle_forward)
@@ -182,6 +187,15 @@ def _is_loopback(peer: str | None) -> bool:
         return ipaddress.ip_address(peer).is_loopback
     except ValueError:
         return False
+
+
+async def _own_path(request: web.Request) -> web.Response:
+    """A ``/_ctxwarden/`` path this proxy does not serve: 404, not forwarded."""
+    if request.path == ADMIN_PATH:
+        message = "the kill-switch endpoint is off: start the proxy with --admin-token"
+    else:
+        message = f"no ctxwarden endpoint {request.path}"
+    return web.json_response({"error": message}, status=404)
 
 
 async def _admin(request: web.Request) -> web.Response:

@@ -157,7 +157,15 @@ class FakeUpstream:
         await self.stop()
 
     async def _record(self, request: web.Request) -> Received:
-        body = await request.read()
+        """Read and keep ``request``; a body that cannot be read (cut off, or not in
+        its ``Content-Encoding``) is refused 400, as a provider does, not a crash."""
+        try:
+            body = await request.read()
+        except web.RequestPayloadError as exc:
+            message = f"could not read the request body: {exc}"
+            raise web.HTTPBadRequest(
+                text=error_body("openai", 400, message).decode(), content_type="application/json"
+            ) from None
         item = Received(request.method, request.path, request.query_string,
                         dict(request.headers), body)  # fmt: skip
         self.received.append(item)

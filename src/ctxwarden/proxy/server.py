@@ -45,9 +45,15 @@ class RunningServer:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> RunningServer:
+        """Start the app and listen; when binding fails (a port in use) the app's
+        startup is undone (its upstream client closed) before the error propagates."""
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.host, self.port, backlog=1024)
-        await site.start()
+        try:
+            await site.start()
+        except BaseException:
+            await self.runner.cleanup()
+            raise
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         if sockets:
