@@ -79,7 +79,8 @@ def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
     """One :class:`ConfigError` naming the first invalid key of a pydantic error."""
     first = exc.errors()[0]
     key = ".".join(str(p) for p in (prefix, *first["loc"]) if p != "")
-    return ConfigError(first["msg"], key)
+    message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    return ConfigError(message, key)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -161,3 +161,18 @@ def test_serve_with_bundled_fake_upstream_is_one_command(tmp_path: Path) -> None
     modes = [line for line in err.decode().splitlines() if '"route":"chat"' in line]
     assert ['"mode":"active"' in m for m in modes] == [True, False]
     assert '"mode":"exact"' in modes[1]
+
+
+def test_a_bad_number_names_the_flag_or_the_variable_it_came_from() -> None:
+    with pytest.raises(ConfigError, match=r"^port: not a number: 'xyz'"):
+        settings_from_args(_args("--port", "xyz"), {})
+    with pytest.raises(ConfigError, match=r"^CTXWARDEN_PORT: not a number: 'xyz'"):
+        settings_from_args(_args(), {"CTXWARDEN_PORT": "xyz"})
+
+
+def test_an_unknown_config_key_is_called_one(tmp_path: Path) -> None:
+    bad = tmp_path / "c.toml"
+    bad.write_text("[pipeline.mask]\nmin_tokenz = 3\n")
+    with pytest.raises(ConfigError) as info:
+        settings_from_args(_args("--config", str(bad)), {})
+    assert str(info.value) == f"{bad}: pipeline.mask.min_tokenz: unknown key"

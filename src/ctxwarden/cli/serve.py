@@ -88,16 +88,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _option(args: argparse.Namespace, flag: str, default: Any, env: dict[str, str]) -> Any:
+    """The flag's value, else its variable's, else ``default``; a number where the
+    default is one (a :class:`ConfigError` names the flag or the variable it came
+    from)."""
     value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+    where = flag.lstrip("-")
     if value is None:
-        value = env.get(_env_name(flag))
+        where = _env_name(flag)
+        value = env.get(where)
     if value is None:
         return default
     if isinstance(default, bool | int | float) and not isinstance(default, bool):
         try:
             return type(default)(value)
         except ValueError:
-            raise ConfigError(f"not a number: {value!r}", flag.lstrip("-")) from None
+            raise ConfigError(f"not a number: {value!r}", where) from None
     return value
 
 
