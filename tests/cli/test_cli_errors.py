@@ -278,3 +278,20 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0 and capsys.readouterr().out == f"ctxwarden {__version__}\n"
+
+
+def test_a_preset_flag_overrides_the_config_files_preset(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, request_file: Path
+) -> None:
+    """The flags override the file's keys before the whole is checked: a file's bad
+    preset does not matter when --preset replaces it, and a bad --preset is the flag's
+    error, not the file's."""
+    config = tmp_path / "c.toml"
+    config.write_text('preset = "fast"\n')
+    assert main(["condense", str(request_file), "--config", str(config), "--preset",
+                 "balanced"]) == 0  # fmt: skip
+    capsys.readouterr()
+    line = _fails(capsys, ["condense", str(request_file), "--config", str(config)])
+    assert f"{config}: preset: unknown preset 'fast'" in line
+    line = _fails(capsys, ["condense", str(request_file), "--preset", "fastest"])
+    assert "preset: unknown preset 'fastest'" in line and str(config) not in line

@@ -123,7 +123,7 @@ def test_cached_walks_are_bounded_by_bytes_and_still_give_full_walks(
         _same(_view(grown, cache, f"s{n}"), _view(grown, None, ""))
 
 
-def test_a_session_walk_weighs_at_least_its_texts() -> None:
+def test_a_session_walk_weighs_at_least_its_texts(no_memo_budget: None) -> None:
     cache = SegmentCache()
     text = "y" * 50_000
     messages: list[dict[str, Any]] = [

@@ -44,8 +44,8 @@ def test_the_memo_budget_comes_from_flag_or_environment_and_is_checked() -> None
     assert settings_from_args(_args(), {})[0].memo_mb is None
     assert settings_from_args(_args(), {"CTXWARDEN_MEMO_MB": "256"})[0].memo_mb == 256.0
     assert settings_from_args(_args("--memo-mb", "0"), {"CTXWARDEN_MEMO_MB": "9"})[0].memo_mb == 0
-    for bad in ("lots", "-1", "nan"):
-        with pytest.raises(ConfigError, match="memo_mb"):
+    for bad, key in (("lots", "memo-mb"), ("-1", "memo_mb"), ("nan", "memo_mb")):
+        with pytest.raises(ConfigError, match=key):
             settings_from_args(_args("--memo-mb", bad), {})
 
 
@@ -168,6 +168,9 @@ def test_a_bad_number_names_the_flag_or_the_variable_it_came_from() -> None:
         settings_from_args(_args("--port", "xyz"), {})
     with pytest.raises(ConfigError, match=r"^CTXWARDEN_PORT: not a number: 'xyz'"):
         settings_from_args(_args(), {"CTXWARDEN_PORT": "xyz"})
+    for name in ("CTXWARDEN_MEMO_MB", "CTXWARDEN_MAX_OWED_HELD_BYTES"):
+        with pytest.raises(ConfigError, match=rf"^{name}: not a number: 'xyz'"):
+            settings_from_args(_args(), {name: "xyz"})
 
 
 def test_an_unknown_config_key_is_called_one(tmp_path: Path) -> None:

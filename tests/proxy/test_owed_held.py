@@ -8,6 +8,7 @@ See ``proxy/owed.py``; the helpers come from ``test_owed_unread.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import logging
 import threading
@@ -336,3 +337,66 @@ async def test_an_over_cap_body_of_a_tenant_owing_nothing_is_relayed_as_a_stream
             assert status == 200
             assert proxy.fake.received[-1].body == raw
         assert [type(b).__name__ for b in bodies] == ["_BodyStream", "_BodyStream"]
+
+
+@pytest.mark.parametrize("coded", [False, True])
+@pytest.mark.parametrize("others", [0, 1])
+async def test_a_coded_body_takes_only_the_room_it_needs(
+    make_proxy: ProxyFactory, coded: bool, others: int
+) -> None:
+    """A compressed body is decoded as far as the budget has room, not refused as busy
+    because the whole owed cap is not free (a budget below the cap, or another request
+    holding a byte of it)."""
+    settings: dict[str, int] = {"max_body_bytes": CAP}
+    if not others:
+        settings |= {"max_owed_body_bytes": 1_000_000, "max_owed_held_bytes": 200_000}
+    async with make_proxy(**settings) as proxy:
+        first = await _owed_first(proxy)
+        raw = orjson.dumps(_big(first, "x " * (2 * CAP)))  # inflates past max_body_bytes
+        body, headers = (gzip.compress(raw), {"Content-Encoding": "gzip"}) if coded else (raw, {})
+        with proxy.state.owed_held.hold() as other:
+            assert other.grow_to(others)
+            status, _ = await _post(proxy, body, **headers)
+            assert status == 200 and _unsettled(proxy, "busy") == 0
+            sent = proxy.fake.received[-1].json()["input"]
+            assert _outputs(sent).get("call_recall_1") == ORIGINAL
+            assert proxy.state.owed_held.held == others
+
+
+async def test_a_cancelled_decode_keeps_its_bytes_until_the_thread_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request cancelled (its client gone) while its body inflates in a thread does
+    not give the budget back before the thread ends: else every new request could start
+    one more decode of the owed cap's size."""
+    from types import SimpleNamespace
+
+    from ctxwarden.proxy.state import HeldBytes
+
+    real, started, release = handlers.decode_body, threading.Event(), threading.Event()
+
+    def slow(raw: bytes, coding: str | None, limit: int) -> Any:
+        started.set()
+        release.wait(5)
+        return real(raw, coding, limit)
+
+    monkeypatch.setattr(handlers, "decode_body", slow)
+    state: Any = SimpleNamespace(settings=SimpleNamespace(max_body_bytes=CAP, owed_cap=100_000))
+    budget = HeldBytes(100_000)
+    body = gzip.compress(b"x" * (2 * CAP))
+
+    async def request() -> None:
+        with budget.hold() as hold:
+            await handlers._decode_held(state, body, "gzip", hold)
+
+    task = asyncio.ensure_future(request())
+    await asyncio.to_thread(started.wait, 5)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert budget.held == 100_000  # the thread still inflates: still held
+    release.set()
+    deadline = time.monotonic() + 5
+    while budget.held and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert budget.held == 0

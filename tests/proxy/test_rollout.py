@@ -87,8 +87,9 @@ async def test_admin_endpoint_is_off_without_a_token(make_proxy: ProxyFactory) -
             assert "--admin-token" in (await r.json())["error"]
         async with s.get(proxy.url + ADMIN_PATH) as r:
             assert r.status == 404
-        async with s.get(proxy.url + "/_ctxwarden/other") as r:
-            assert r.status == 404 and "/_ctxwarden/other" in (await r.json())["error"]
+        for path in ("/_ctxwarden/other", "/_ctxwarden"):
+            async with s.get(proxy.url + path) as r:
+                assert r.status == 404 and path in (await r.json())["error"]
         assert proxy.state.kill_switch.engaged is False
         assert not any(q.path.startswith("/_ctxwarden") for q in proxy.fake.received)
 

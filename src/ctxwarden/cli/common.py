@@ -11,12 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 
-from ctxwarden.config import EngineConfig, StoreConfig, load_config
+from ctxwarden.config import EngineConfig, StoreConfig, config_error, read_toml, validated_config
 from ctxwarden.engine import Engine
 from ctxwarden.errors import StoreError
 from ctxwarden.io import dump_json
+from ctxwarden.pipeline.presets import resolve_pipeline
 from ctxwarden.store import default_data_dir
 
 __all__ = [
@@ -91,16 +93,21 @@ def engine_from_args(
     :class:`~ctxwarden.errors.ConfigError`). ``open_store``: open its store now, so a
     store that cannot be opened is an error of the command (the engine opens it on first
     use, and falls back to the original request when that fails)."""
-    config = load_config(args.config) if getattr(args, "config", None) else EngineConfig()
     update: dict[str, Any] = dict(overrides)
     if getattr(args, "preset", None):
+        resolve_pipeline(args.preset, {})  # a flag naming no preset: its own error
         update["preset"] = args.preset
     if getattr(args, "mode", None):
         update["mode"] = args.mode
     if getattr(args, "data_dir", None):
         update["data_dir"] = args.data_dir
-    if update:
-        config = EngineConfig.model_validate({**config.model_dump(), **update})
+    if getattr(args, "config", None):  # the flags override the file's keys
+        config = validated_config({**read_toml(args.config), **update}, args.config)
+    else:
+        try:
+            config = EngineConfig.model_validate(update)
+        except ValidationError as exc:
+            raise config_error(exc) from exc
     engine = Engine(config)
     if open_store:
         with store_errors(config.store, config.data_dir):

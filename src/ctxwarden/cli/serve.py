@@ -92,18 +92,24 @@ def _option(args: argparse.Namespace, flag: str, default: Any, env: dict[str, st
     default is one (a :class:`ConfigError` names the flag or the variable it came
     from)."""
     value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
-    where = flag.lstrip("-")
     if value is None:
-        where = _env_name(flag)
-        value = env.get(where)
+        value = env.get(_env_name(flag))
     if value is None:
         return default
+    where = _source(args, flag)
     if isinstance(default, bool | int | float) and not isinstance(default, bool):
         try:
             return type(default)(value)
         except ValueError:
             raise ConfigError(f"not a number: {value!r}", where) from None
     return value
+
+
+def _source(args: argparse.Namespace, flag: str) -> str:
+    """Where ``flag``'s value came from: the flag, or else its variable."""
+    if getattr(args, flag.lstrip("-").replace("-", "_"), None) is not None:
+        return flag.lstrip("-")
+    return _env_name(flag)
 
 
 def settings_from_args(
@@ -124,13 +130,14 @@ def settings_from_args(
         try:
             memo_mb = float(memo_mb)
         except ValueError:
-            raise ConfigError(f"not a number: {memo_mb!r}", "memo_mb") from None
+            raise ConfigError(f"not a number: {memo_mb!r}", _source(args, "--memo-mb")) from None
     held = values["--max-owed-held-bytes"]
     if held is not None:
         try:
             held = int(held)
         except ValueError:
-            raise ConfigError(f"not a number: {held!r}", "max-owed-held-bytes") from None
+            where = _source(args, "--max-owed-held-bytes")
+            raise ConfigError(f"not a number: {held!r}", where) from None
     timeout = values["--read-timeout"]
     if not (math.isfinite(timeout) and timeout > 0):  # the flag's is checked when parsed
         raise ConfigError(f"{timeout} is not a number of seconds above 0", "read_timeout")

@@ -97,7 +97,7 @@ def build_app(
     app.router.add_get("/metrics", _metrics)
     if settings.admin_token:
         app.router.add_route("*", ADMIN_PATH, _admin)
-    app.router.add_route("*", "/_ctxwarden/{tail:.*}", _own_path)
+    app.router.add_route("*", "/_ctxwarden{tail:(?:/.*)?}", _own_path)
     for path in CONDENSED_ROUTES:
         app.router.add_post(path, handle_condensed)
     app.router.add_route("*", "/{tail:.*}", handle_forward)

@@ -433,19 +433,26 @@ async def _read_responses(ex: Exchange, tenant: str, raw: bytes, hold: Hold) -> 
 async def _decode_held(
     state: ProxyState, raw: bytes, coding: str | None, hold: Hold
 ) -> DecodedBody:
-    """``raw`` of a tenant that is owing, decoded off-loop: up to the owed cap when
-    ``hold`` can grow to it (else to ``max_body_bytes``); ``hold`` keeps the larger of
-    its sizes when that is past ``max_body_bytes`` (it is then held for what is owed),
-    nothing otherwise. A body that cannot be read is counted (:func:`_unsettled`):
-    ``busy`` when only the budget stopped it."""
-    cap = state.settings.max_body_bytes
-    wide = hold.grow_to(max(len(raw), state.settings.owed_cap))
-    limit = state.settings.owed_cap if wide else cap
-    decoded = await asyncio.to_thread(decode_body, raw, coding, limit)
+    """``raw`` of a tenant that is owing, decoded off-loop: up to the owed cap, or as
+    far as ``hold`` has room in the budget when that is less (never less than
+    ``max_body_bytes``); ``hold`` keeps the larger of its sizes when that is past
+    ``max_body_bytes`` (it is then held for what is owed), nothing otherwise. When the
+    request is cancelled mid-decode, the hold stays until the thread ends. A body that
+    cannot be read is counted (:func:`_unsettled`): ``busy`` when only the budget
+    stopped it."""
+    cap, owed_cap = state.settings.max_body_bytes, state.settings.owed_cap
+    limit = max(cap, min(owed_cap, hold.grow_within(max(len(raw), owed_cap))))
+    work = asyncio.ensure_future(asyncio.to_thread(decode_body, raw, coding, limit))
+    try:
+        decoded = await asyncio.shield(work)
+    except asyncio.CancelledError:
+        hold.keep_until(work)
+        raise
     size = max(len(raw), len(decoded.data or b""))
     hold.resize(size if size > cap else 0)
     if decoded.data is None:
-        _unsettled(state, ("over_limit" if wide else "busy") if decoded.over_limit else "coding")
+        busy = decoded.over_limit and limit < owed_cap
+        _unsettled(state, "busy" if busy else "over_limit" if decoded.over_limit else "coding")
     return decoded
 
 

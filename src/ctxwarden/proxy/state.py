@@ -71,11 +71,29 @@ class Hold:
         self.resize(size)
         return True
 
+    def grow_within(self, size: int) -> int:
+        """Hold up to ``size`` bytes, as many as the budget has room for (never less
+        than held already); the bytes now held."""
+        room = self._budget.total - self._budget.held + self.size
+        self.resize(max(self.size, min(size, room)))
+        return self.size
+
     def resize(self, size: int) -> None:
         """Hold exactly ``size`` bytes, within the budget or not (shrinking only
         gives back)."""
         self._budget.held += size - self.size
         self.size = size
+
+    def keep_until(self, work: asyncio.Future[Any]) -> None:
+        """Leave what is held to ``work`` (a thread still reading the body after its
+        request was cancelled): given back when it ends, not when the request does."""
+        size, self.size = self.size, 0
+        budget = self._budget
+
+        def give_back(_done: asyncio.Future[Any]) -> None:
+            budget.held -= size
+
+        work.add_done_callback(give_back)
 
 
 OWING_TENANTS = 10_000
