@@ -295,3 +295,14 @@ def test_a_preset_flag_overrides_the_config_files_preset(
     assert f"{config}: preset: unknown preset 'fast'" in line
     line = _fails(capsys, ["condense", str(request_file), "--preset", "fastest"])
     assert "preset: unknown preset 'fastest'" in line and str(config) not in line
+
+
+@pytest.mark.parametrize("command", [["store", "stats"], ["store", "gc"],
+                                     ["recall", "cw:0123456789ab"]])  # fmt: skip
+def test_reading_commands_do_not_make_a_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
+) -> None:
+    where = tmp_path / "new" / "dir"
+    line = _fails(capsys, [*command, "--data-dir", str(where)])
+    assert f"no store at {where / 'store.sqlite3'}" in line
+    assert not (tmp_path / "new").exists()

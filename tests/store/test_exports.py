@@ -16,6 +16,7 @@ EXPECTED = {
         "default_data_dir",
         "make_ref",
         "open_store",
+        "sqlite_path",
     },
     "ctxwarden.store.redis_store": {"RedisStore"},
     "ctxwarden.store.postgres_store": {"MIGRATIONS", "PostgresStore"},

@@ -12,14 +12,15 @@ import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.table import Table
 
 from ctxwarden.cli.common import CliConsole, print_json, store_errors
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
-from ctxwarden.errors import ConfigError
-from ctxwarden.store import Store, open_store
+from ctxwarden.errors import ConfigError, StoreError
+from ctxwarden.store import Store, open_store, sqlite_path
 from ctxwarden.store.recall import recall_text
 
 __all__ = ["register"]
@@ -69,12 +70,29 @@ def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
             "store.path",
         )
     data_dir = args.data_dir or config.data_dir
+    if config.store.backend == "sqlite" and _not_made(sqlite_path(config.store, data_dir)):
+        # these commands read: a store that is not there is not made (nor its folder)
+        raise StoreError(
+            f"no store at {sqlite_path(config.store, data_dir)} (nothing was condensed "
+            "with this data dir or config yet)"
+        )
     with store_errors(config.store, data_dir):
         store = open_store(config.store, data_dir)
     try:
         yield config, store
     finally:
         store.close()
+
+
+def _not_made(path: Path) -> bool:
+    """True when no store file is at ``path`` and opening one would only make it
+    (nothing in the way is a file: that is the opening's own, clearer error)."""
+    if path.exists():
+        return False
+    for parent in path.parents:
+        if parent.exists():
+            return parent.is_dir()
+    return True
 
 
 def _recall(args: argparse.Namespace) -> int:

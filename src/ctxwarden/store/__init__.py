@@ -20,6 +20,7 @@ __all__ = [
     "default_data_dir",
     "make_ref",
     "open_store",
+    "sqlite_path",
 ]
 
 
@@ -33,6 +34,13 @@ def default_data_dir() -> Path:
     return base / "ctxwarden"
 
 
+def sqlite_path(config: StoreConfig, data_dir: str | None = None) -> Path:
+    """The file of a SQLite store: ``config.path``, else ``store.sqlite3`` in the data
+    directory (``data_dir`` or the default one)."""
+    folder = Path(data_dir) if data_dir else default_data_dir()
+    return Path(config.path) if config.path else folder / "store.sqlite3"
+
+
 def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
     """Open the configured backend.
 
@@ -43,8 +51,7 @@ def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
     if config.backend == "memory":
         return MemoryStore(ttl_seconds=config.ttl_seconds, max_bytes=config.max_bytes)
     if config.backend == "sqlite":
-        folder = Path(data_dir) if data_dir else default_data_dir()
-        path = Path(config.path) if config.path else folder / "store.sqlite3"
+        path = sqlite_path(config, data_dir)
         return SqliteStore(path, ttl_seconds=config.ttl_seconds, max_bytes=config.max_bytes)
     if not config.url:
         raise ConfigError(f"the {config.backend} store needs a url", "store.url")
