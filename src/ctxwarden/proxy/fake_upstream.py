@@ -135,9 +135,13 @@ class FakeUpstream:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> FakeUpstream:
         self.host = host
-        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
+        # a stand-in stops at once (Ctrl-C, a test's teardown): in-flight answers get
+        # two seconds, not aiohttp's graceful minute
+        self._runner = web.AppRunner(
+            self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, shutdown_timeout=2.0)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else port
