@@ -141,7 +141,7 @@ class FakeUpstream:
             self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, shutdown_timeout=2.0)
+        site = web.TCPSite(self._runner, host, port)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else port
