@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 import ctxwarden.proxy.handlers as handlers
+import ctxwarden.proxy.request_bodies as request_bodies
 from ctxwarden import Engine, EngineConfig
 from ctxwarden.errors import StoreError
 from ctxwarden.proxy import owed
@@ -119,10 +120,10 @@ async def test_the_fast_path_ends_with_the_store_ttl(
 async def test_a_small_gzip_body_inflating_far_is_decoded_once_off_the_loop(
     make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inline = handlers._INLINE_PARSE_BYTES
+    inline = request_bodies.INLINE_PARSE_BYTES
     decodes: list[tuple[bool, int]] = []
     scans: list[bool] = []
-    decode_body, may_hold = handlers.decode_body, handlers.may_hold_wide_integer
+    decode_body, may_hold = request_bodies.decode_body, request_bodies.may_hold_wide_integer
 
     def decode_spy(raw: bytes, coding: str | None, limit: int) -> Any:
         decodes.append((threading.current_thread() is threading.main_thread(), limit))
@@ -133,8 +134,8 @@ async def test_a_small_gzip_body_inflating_far_is_decoded_once_off_the_loop(
             scans.append(threading.current_thread() is threading.main_thread())
         return may_hold(body)
 
-    monkeypatch.setattr(handlers, "decode_body", decode_spy)
-    monkeypatch.setattr(handlers, "may_hold_wide_integer", scan_spy)
+    monkeypatch.setattr(request_bodies, "decode_body", decode_spy)
+    monkeypatch.setattr(request_bodies, "may_hold_wide_integer", scan_spy)
     cap = inline + 64 * 1024
     async with make_proxy(max_body_bytes=cap, max_owed_body_bytes=2 * cap) as proxy:
         first = await _owed_first(proxy)
@@ -336,7 +337,7 @@ async def test_an_over_cap_body_of_a_tenant_owing_nothing_is_relayed_as_a_stream
             status, _ = await _post(proxy, body)
             assert status == 200
             assert proxy.fake.received[-1].body == raw
-        assert [type(b).__name__ for b in bodies] == ["_BodyStream", "_BodyStream"]
+        assert [type(b) for b in bodies] == [request_bodies.BodyStream] * 2
 
 
 @pytest.mark.parametrize("coded", [False, True])
@@ -373,21 +374,21 @@ async def test_a_cancelled_decode_keeps_its_bytes_until_the_thread_ends(
 
     from ctxwarden.proxy.state import HeldBytes
 
-    real, started, release = handlers.decode_body, threading.Event(), threading.Event()
+    real, started, release = request_bodies.decode_body, threading.Event(), threading.Event()
 
     def slow(raw: bytes, coding: str | None, limit: int) -> Any:
         started.set()
         release.wait(5)
         return real(raw, coding, limit)
 
-    monkeypatch.setattr(handlers, "decode_body", slow)
+    monkeypatch.setattr(request_bodies, "decode_body", slow)
     state: Any = SimpleNamespace(settings=SimpleNamespace(max_body_bytes=CAP, owed_cap=100_000))
     budget = HeldBytes(100_000)
     body = gzip.compress(b"x" * (2 * CAP))
 
     async def request() -> None:
         with budget.hold() as hold:
-            await handlers._decode_held(state, body, "gzip", hold)
+            await request_bodies.decode_held(state, body, "gzip", hold)
 
     task = asyncio.ensure_future(request())
     await asyncio.to_thread(started.wait, 5)

@@ -7,8 +7,8 @@ The path of a condensed request: read the body up to ``max_body_bytes`` (past it
 the bytes read so far and the rest of the stream are forwarded untouched; a Responses
 body whose tenant has recall answers owed is read on, see :mod:`.owed`) -> decide
 the mode (:mod:`ctxwarden.proxy.rollout`) -> exact: forward the original bytes ->
-otherwise read it through its ``Content-Encoding`` (:mod:`ctxwarden.proxy.bodies`; a
-body it cannot read is forwarded as sent) and parse (400 naming the JSON path when
+otherwise read it through its ``Content-Encoding`` (:mod:`ctxwarden.proxy.request_bodies`;
+a body it cannot read is forwarded as sent) and parse (400 naming the JSON path when
 malformed; JSON that only the stdlib parser accepts, such as a lone surrogate escape,
 is forwarded as sent), condense on
 the engine thread, send the rewrite in active mode or the original bytes in shadow /
@@ -33,12 +33,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -46,12 +44,36 @@ from aiohttp import web
 from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import Mode
 from ctxwarden.errors import MalformedRequest, StoreError
-from ctxwarden.io import may_hold_wide_integer
-from ctxwarden.proxy.bodies import DecodedBody, decode_body
+from ctxwarden.proxy.bodies import DecodedBody
 from ctxwarden.proxy.dialects import DIALECTS
-from ctxwarden.proxy.owed import may_name_previous, names_owing, owed_for, owing, settle, stored
+from ctxwarden.proxy.owed import (
+    may_name_previous,
+    names_owing,
+    owed_for,
+    owing,
+    settle,
+    stored,
+    unsettled,
+)
 from ctxwarden.proxy.recall import REF_BYTES
 from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
+from ctxwarden.proxy.request_bodies import (
+    BodyStream,
+    coding_to_undo,
+    decode_held,
+    decode_request,
+    has_wide_integer,
+    may_hold_wide,
+    off_loop_if_large,
+    orjson_dump,
+    orjson_load,
+    read_capped,
+    read_held,
+    read_responses,
+    stdlib_dump,
+    stdlib_load,
+    stdlib_parses_object,
+)
 from ctxwarden.proxy.rollout import Decision, canary_key, canary_name, decide, header_mode
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
 from ctxwarden.proxy.state import STATE, Hold, ProxyState, RequestRecord
@@ -80,52 +102,6 @@ def _upstream_url(state: ProxyState, family: Family, request: web.Request) -> st
 _UNREADABLE = "request body could not be read (cut off or badly framed)"
 
 
-class _BodyStream:
-    """A request body as an async iterable: ``head`` (bytes already read), then the
-    rest of the client's stream; counts the bytes it hands out in ``sent`` and notes
-    in ``unreadable`` that the client's body failed (the upload then fails)."""
-
-    def __init__(self, request: web.Request, head: bytes = b"") -> None:
-        self._content = request.content
-        self._head = head
-        self.sent = 0
-        self.unreadable = False
-
-    def __aiter__(self) -> _BodyStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        chunk, self._head = self._head, b""
-        if not chunk:
-            try:
-                chunk = await self._content.readany()
-            except web.RequestPayloadError:
-                self.unreadable = True
-                raise
-        if not chunk:
-            raise StopAsyncIteration
-        self.sent += len(chunk)
-        return chunk
-
-
-async def _read_capped(request: web.Request, cap: int, head: bytes = b"") -> tuple[bytes, bool]:
-    """``(body, True)`` for a body of at most ``cap`` bytes; ``(head, False)`` past
-    the cap, where ``head`` is what was read and the rest is still unread (bytes as
-    sent: the server decodes no coding). ``head``: bytes of it read already. Raises
-    ``web.RequestPayloadError`` when the client's body is cut off or badly framed."""
-    too_long = request.content_length is not None and request.content_length > cap
-    if too_long or len(head) > cap:
-        return head, False
-    parts: list[bytes] = [head] if head else []
-    size = len(head)
-    while chunk := await request.content.readany():
-        parts.append(chunk)
-        size += len(chunk)
-        if size > cap:
-            return b"".join(parts), False
-    return b"".join(parts), True
-
-
 async def _stream_through(
     ex: Exchange, record: RequestRecord, family: Family, head: bytes = b""
 ) -> web.StreamResponse:
@@ -135,7 +111,7 @@ async def _stream_through(
     if not head and not request.can_read_body:
         record.set(bytes_before=0, bytes_after=0)
         return await relay(ex, None, record)
-    stream = _BodyStream(request, head)
+    stream = BodyStream(request, head)
     length = None if ex.server_decoded else request.content_length
     try:
         return await relay(ex, stream, record, length)
@@ -209,7 +185,7 @@ async def _forward_body(ex: Exchange, record: RequestRecord, family: Family) -> 
     if not request.can_read_body:
         return await _stream_through(ex, record, family)
     try:
-        head, whole = await _read_capped(request, _WHOLE_BODY_BYTES)
+        head, whole = await read_capped(request, _WHOLE_BODY_BYTES)
     except web.RequestPayloadError:
         return await _unreadable(family)
     if not whole:
@@ -234,7 +210,7 @@ async def handle_condensed(request: web.Request) -> web.StreamResponse:
     record = RequestRecord(route, request.method)
     cap = state.settings.max_body_bytes
     try:
-        raw, complete = await _read_capped(request, cap)
+        raw, complete = await read_capped(request, cap)
     except web.RequestPayloadError:
         return await _run(request, record, family, _unreadable(family))
     if not complete:
@@ -278,16 +254,16 @@ async def _condense_one(
         if not responses:
             return await relay(ex, raw, record)
         # a Responses continuation still gets what the response it continues owes
-        decoded = await _read_responses(ex, tenant, raw, hold)
+        decoded = await read_responses(ex, tenant, raw, hold)
         if decoded.data is None:
             return await relay(ex, raw, record)
         if len(decoded.data) > cap:
             return await _settle_held(ex, record, tenant, raw, decoded)
         return await _as_sent(ex, record, tenant, raw, decoded, stdlib=False)
     if responses:
-        decoded = await _read_responses(ex, tenant, raw, hold)
+        decoded = await read_responses(ex, tenant, raw, hold)
     else:
-        decoded = await _decode(ex, raw, cap)
+        decoded = await decode_request(ex, raw, cap)
     if decoded.data is None:  # forwarded as sent
         reason = f"limit: body over {cap} bytes" if decoded.over_limit else decoded.reason
         record.set(fallback_reason=f"proxy: {reason}", fallbacks=1)
@@ -300,7 +276,7 @@ async def _condense_one(
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        if not await _stdlib_parses_object(body):
+        if not await stdlib_parses_object(body):
             return _error(family, 400, f"request body is not valid JSON: {exc}", param="")
         record.set(fallback_reason=_STDLIB_ONLY, fallbacks=1)
         if responses:
@@ -308,7 +284,7 @@ async def _condense_one(
         return await relay(ex, raw, record)
     if not isinstance(parsed, dict):
         return _error(family, 400, "request body must be a JSON object at /", param="")
-    if await _may_hold_wide(body) and await _has_wide_integer(body):
+    if await may_hold_wide(body) and await has_wide_integer(body):
         # orjson reads an integer past 64 bits as a float: a rewrite would change it
         record.set(fallback_reason=_WIDE_INTEGER, fallbacks=1)
         if responses:
@@ -378,84 +354,6 @@ async def _condense_one(
     return await relay(ex, out, record)
 
 
-def _coding(ex: Exchange) -> str | None:
-    """The body's ``Content-Encoding`` still to undo (none when the server did)."""
-    return None if ex.server_decoded else ex.request.headers.get("Content-Encoding")
-
-
-def _decode_inline(raw: bytes, coding: str | None, limit: int) -> DecodedBody | None:
-    """``raw`` read through ``coding`` (:mod:`.bodies`) on the loop when that is cheap:
-    no coding, or a small body inflating to at most :data:`_INLINE_PARSE_BYTES`
-    (what decodes to more is decoded at most that far); ``None``: decode it off-loop."""
-    if not coding:
-        return decode_body(raw, coding, limit)
-    if len(raw) > _INLINE_PARSE_BYTES:
-        return None
-    small = decode_body(raw, coding, min(limit, _INLINE_PARSE_BYTES))
-    if small.over_limit and limit > _INLINE_PARSE_BYTES:
-        return None
-    return small
-
-
-async def _decode(ex: Exchange, raw: bytes, limit: int) -> DecodedBody:
-    """``raw`` read through its ``Content-Encoding`` (see :mod:`.bodies`), at most
-    ``limit`` bytes; off-loop unless it decodes small (:func:`_decode_inline`)."""
-    coding = _coding(ex)
-    decoded = _decode_inline(raw, coding, limit)
-    if decoded is not None:
-        return decoded
-    return await asyncio.to_thread(decode_body, raw, coding, limit)
-
-
-async def _read_responses(ex: Exchange, tenant: str, raw: bytes, hold: Hold) -> DecodedBody:
-    """A Responses body (``raw``, within ``max_body_bytes`` as sent) read through its
-    ``Content-Encoding``: up to ``max_body_bytes``, or, when it may inflate past that
-    and its tenant is owing (:func:`~.owed.owing`), decoded once up to the owed cap
-    (:func:`_decode_held`; ``hold`` then holds it when past ``max_body_bytes``). When
-    an owing tenant's body cannot be read, :func:`_unsettled` says so."""
-    state = ex.state
-    cap = state.settings.max_body_bytes
-    coding = _coding(ex)
-    decoded = _decode_inline(raw, coding, cap)
-    if decoded is not None and decoded.data is not None:
-        return decoded
-    if decoded is not None and not decoded.over_limit:  # a coding not read here
-        if await owing(state, tenant):
-            _unsettled(state, "coding")
-        return decoded
-    if await owing(state, tenant):
-        return await _decode_held(state, raw, coding, hold)
-    if decoded is None:
-        decoded = await asyncio.to_thread(decode_body, raw, coding, cap)
-    return decoded
-
-
-async def _decode_held(
-    state: ProxyState, raw: bytes, coding: str | None, hold: Hold
-) -> DecodedBody:
-    """``raw`` of a tenant that is owing, decoded off-loop: up to the owed cap, or as
-    far as ``hold`` has room in the budget when that is less (never less than
-    ``max_body_bytes``); ``hold`` keeps the larger of its sizes when that is past
-    ``max_body_bytes`` (it is then held for what is owed), nothing otherwise. When the
-    request is cancelled mid-decode, the hold stays until the thread ends. A body that
-    cannot be read is counted (:func:`_unsettled`): ``busy`` when only the budget
-    stopped it."""
-    cap, owed_cap = state.settings.max_body_bytes, state.settings.owed_cap
-    limit = max(cap, min(owed_cap, hold.grow_within(max(len(raw), owed_cap))))
-    work = asyncio.ensure_future(asyncio.to_thread(decode_body, raw, coding, limit))
-    try:
-        decoded = await asyncio.shield(work)
-    except asyncio.CancelledError:
-        hold.keep_until(work)
-        raise
-    size = max(len(raw), len(decoded.data or b""))
-    hold.resize(size if size > cap else 0)
-    if decoded.data is None:
-        busy = decoded.over_limit and limit < owed_cap
-        _unsettled(state, "busy" if busy else "over_limit" if decoded.over_limit else "coding")
-    return decoded
-
-
 async def _as_sent(
     ex: Exchange, record: RequestRecord, tenant: str, raw: bytes, decoded: DecodedBody,
     *, stdlib: bool, searched: bool = False,
@@ -470,58 +368,33 @@ async def _as_sent(
     the caller found one already)."""
     body = decoded.data
     assert body is not None
-    if not searched and not await _off_loop_if_large(may_name_previous, body):
+    if not searched and not await off_loop_if_large(may_name_previous, body):
         return await relay(ex, raw, record)
     parsed: Any = None
     if not stdlib:
         try:
-            parsed = await _orjson_load(body)
+            parsed = await orjson_load(body)
         except orjson.JSONDecodeError:
             stdlib = True
     if stdlib:
-        parsed = await _stdlib_load(body)
+        parsed = await stdlib_load(body)
     if not isinstance(parsed, dict):  # the upstream judges it
         return await relay(ex, raw, record)
     owed = await owed_for(ex.state, tenant, parsed)
     if not owed:
         return await relay(ex, raw, record)
-    if not stdlib and await _may_hold_wide(body) and await _has_wide_integer(body):
-        parsed, stdlib = await _stdlib_load(body), True
+    if not stdlib and await may_hold_wide(body) and await has_wide_integer(body):
+        parsed, stdlib = await stdlib_load(body), True
         if not isinstance(parsed, dict):
             return await relay(ex, raw, record)
     settled = settle(parsed, owed)
     if settled is parsed:
         return await relay(ex, raw, record)
-    out = await (_stdlib_dump(settled) if stdlib else _orjson_dump(settled, len(body)))
+    out = await (stdlib_dump(settled) if stdlib else orjson_dump(settled, len(body)))
     record.set(bytes_after=len(out))
     # a body ctxwarden wrote goes out plain: the client's coding is dropped
     ex.decoded = ex.server_decoded or decoded.coded
     return await relay(ex, out, record)
-
-
-async def _read_held(
-    request: web.Request, cap: int, head: bytes, hold: Hold
-) -> tuple[bytes, str | None]:
-    """The body (``head`` read already) read whole up to ``cap`` bytes, each held in
-    ``hold`` first: ``(body, None)``; else ``(what was read, why it stopped)``, the
-    rest unread: ``over_limit`` past ``cap``, ``busy`` when ``hold`` cannot grow.
-    Raises ``web.RequestPayloadError`` when the client's body is cut off or badly
-    framed."""
-    length = request.content_length
-    if (length is not None and length > cap) or len(head) > cap:
-        return head, "over_limit"
-    if not hold.grow_to(max(len(head), length or 0)):
-        return head, "busy"
-    parts = [head]
-    size = len(head)
-    while chunk := await request.content.readany():
-        parts.append(chunk)
-        size += len(chunk)
-        if size > cap:
-            return b"".join(parts), "over_limit"
-        if not hold.grow_to(size):
-            return b"".join(parts), "busy"
-    return b"".join(parts), None
 
 
 async def _over_cap(
@@ -538,17 +411,17 @@ async def _over_cap(
         return await _stream_through(ex, record, family, head)
     with state.owed_held.hold() as hold:
         try:
-            raw, stopped = await _read_held(ex.request, state.settings.owed_cap, head, hold)
+            raw, stopped = await read_held(ex.request, state.settings.owed_cap, head, hold)
         except web.RequestPayloadError:
             return await _unreadable(family)
         if stopped is not None:
-            _unsettled(state, stopped)
+            unsettled(state, stopped)
             return await _stream_through(ex, record, family, raw)
         record.set(bytes_before=len(raw), bytes_after=len(raw))
-        coding = _coding(ex)
+        coding = coding_to_undo(ex)
         decoded = DecodedBody(raw, coded=False)
         if coding:
-            decoded = await _decode_held(state, raw, coding, hold)
+            decoded = await decode_held(state, raw, coding, hold)
         if decoded.data is None:
             return await relay(ex, raw, record)
         return await _settle_held(ex, record, tenant, raw, decoded)
@@ -567,23 +440,6 @@ async def _settle_held(
     if not await names_owing(ex.state, tenant, body):
         return await relay(ex, raw, record)
     return await _as_sent(ex, record, tenant, raw, decoded, stdlib=False, searched=True)
-
-
-def _unsettled(state: ProxyState, reason: str) -> None:
-    """A Responses request goes as sent although its tenant has recall answers owed,
-    maybe to the response it continues: counted and logged, no contents."""
-    state.owed_unsettled.labels(reason).inc()
-    _log.warning(
-        "a Responses request went upstream as sent: its body could not be read (%s), so "
-        "recall answers the response it continues may owe were not added", _WHY[reason],
-    )  # fmt: skip
-
-
-_WHY = {
-    "over_limit": "past max_owed_body_bytes",
-    "coding": "in a content coding",
-    "busy": "max_owed_held_bytes were held by other requests",
-}
 
 
 def _note_decision(
@@ -690,104 +546,6 @@ def _uses_tools(request: dict[str, Any]) -> bool:
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"
 _WIDE_INTEGER = "proxy: an integer past 64 bits (forwarded as sent)"
-
-
-def _wide(node: Any) -> bool:
-    """Whether ``node`` (as Python's ``json`` read it) holds an integer outside the
-    64-bit range."""
-    if isinstance(node, bool):
-        return False
-    if isinstance(node, int):
-        return not -(2**63) <= node < 2**64
-    if isinstance(node, dict):
-        return any(_wide(v) for v in node.values())
-    if isinstance(node, list):
-        return any(_wide(v) for v in node)
-    return False
-
-
-T = TypeVar("T")
-
-_INLINE_PARSE_BYTES = 256 * 1024
-
-
-async def _stdlib_reads(body: bytes, judge: Callable[[Any], bool]) -> bool:
-    """``judge`` of ``body`` as Python's ``json`` reads it (exact integers, lone
-    surrogates); False when it is not JSON. Large bodies are parsed off-loop."""
-    return await _stdlib_then(body, judge, False)
-
-
-async def _stdlib_load(body: bytes) -> Any:
-    """``body`` as Python's ``json`` reads it; ``None`` when it is not JSON."""
-    return await _stdlib_then(body, lambda value: value, None)
-
-
-async def _stdlib_then(body: bytes, then: Callable[[Any], T], not_json: T) -> T:
-    """``then`` of ``body`` as Python's ``json`` reads it, ``not_json`` when it is not
-    JSON; off-loop for a large body (``then`` too: it may walk the whole value)."""
-
-    def read() -> T:
-        try:
-            return then(json.loads(body))
-        except (ValueError, RecursionError):
-            return not_json
-
-    if len(body) <= _INLINE_PARSE_BYTES:
-        return read()
-    return await asyncio.to_thread(read)
-
-
-async def _orjson_load(body: bytes) -> Any:
-    """``body`` read by orjson; off-loop when large (raises ``JSONDecodeError``)."""
-    if len(body) <= _INLINE_PARSE_BYTES:
-        return orjson.loads(body)
-    return await asyncio.to_thread(orjson.loads, body)
-
-
-async def _orjson_dump(value: Any, size: int) -> bytes:
-    """``value`` (about ``size`` bytes of JSON) written by orjson; off-loop when large."""
-    if size <= _INLINE_PARSE_BYTES:
-        return orjson.dumps(value)
-    return await asyncio.to_thread(orjson.dumps, value)
-
-
-async def _stdlib_dump(value: Any) -> bytes:
-    """``value`` as Python's ``json`` writes it: integers exact, non-ASCII text as is
-    unless it holds a lone surrogate (then every non-ASCII character is escaped, as
-    such a client sent it). Large bodies are written off-loop."""
-
-    def write() -> bytes:
-        try:
-            return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-        except UnicodeEncodeError:
-            return json.dumps(value, separators=(",", ":")).encode()
-
-    return await asyncio.to_thread(write)
-
-
-async def _off_loop_if_large(scan: Callable[[bytes], T], body: bytes) -> T:
-    """``scan(body)`` for a scan linear in ``body``: off-loop when it is large."""
-    if len(body) <= _INLINE_PARSE_BYTES:
-        return scan(body)
-    return await asyncio.to_thread(scan, body)
-
-
-async def _may_hold_wide(body: bytes) -> bool:
-    """:func:`~ctxwarden.io.may_hold_wide_integer`, off-loop for a large body."""
-    return await _off_loop_if_large(may_hold_wide_integer, body)
-
-
-async def _has_wide_integer(body: bytes) -> bool:
-    """Whether ``body`` holds an integer past 64 bits, which orjson reads as a float."""
-    return await _stdlib_reads(body, _wide)
-
-
-async def _stdlib_parses_object(body: bytes) -> bool:
-    """Whether Python's ``json`` reads ``body`` as an object where orjson refused it
-    (lone surrogate escapes, which JS clients produce). Such a request is valid for the
-    upstream: it is forwarded as sent, never condensed (orjson cannot write those
-    strings back)."""
-    return await _stdlib_reads(body, lambda value: isinstance(value, dict))
 
 
 class _Malformed(Exception):

@@ -76,7 +76,7 @@ from ctxwarden.proxy.state import OWING_TENANTS, ProxyState
 
 __all__ = [
     "may_name_previous", "names_owing", "outputs", "owed_for", "owed_key", "owing",
-    "previous_ids", "remember", "settle", "stored",
+    "previous_ids", "remember", "settle", "stored", "unsettled",
 ]  # fmt: skip
 
 _log = logging.getLogger("ctxwarden.proxy")
@@ -316,3 +316,22 @@ def settle(request: dict[str, Any], owed: list[Any]) -> dict[str, Any]:
     if not extra:
         return request
     return {**request, "input": [*extra, *items]}
+
+
+def unsettled(state: ProxyState, reason: str) -> None:
+    """A Responses request goes as sent although its tenant has recall answers owed,
+    maybe to the response it continues: counted in ``ctxwarden_owed_unsettled_total``
+    under ``reason`` (``over_limit``, ``coding`` or ``busy``) and logged as a warning,
+    no contents."""
+    state.owed_unsettled.labels(reason).inc()
+    _log.warning(
+        "a Responses request went upstream as sent: its body could not be read (%s), so "
+        "recall answers the response it continues may owe were not added", _WHY[reason],
+    )  # fmt: skip
+
+
+_WHY = {
+    "over_limit": "past max_owed_body_bytes",
+    "coding": "in a content coding",
+    "busy": "max_owed_held_bytes were held by other requests",
+}
