@@ -289,6 +289,10 @@ class BoundedMemo(Generic[K, V]):
             self._bytes = 0
 
 
+_POSITIONAL, _KEYWORDS = object(), object()
+"""Mark the :func:`text_memo` keys of calls with several positional arguments, and with
+keyword arguments."""
+
 MISSING: Any = object()
 """What ``BoundedMemo.get(key, MISSING)`` returns for an absent key, where ``None`` is
 a memoized answer."""
@@ -306,7 +310,12 @@ def text_memo(
 
         @functools.wraps(function)
         def cached(*args: P.args, **kwargs: P.kwargs) -> V:
-            key: Any = args[0] if len(args) == 1 and not kwargs else (args, *sorted(kwargs.items()))
+            # one argument is its own key; the markers keep other calls' keys apart
+            # from it and from each other (no sorting of an empty mapping)
+            if not kwargs:
+                key: Any = args[0] if len(args) == 1 else (_POSITIONAL, args)
+            else:
+                key = (_KEYWORDS, args, *sorted(kwargs.items()))
             found = memo.get(key, MISSING)
             if found is not MISSING:
                 return found

@@ -275,3 +275,16 @@ def test_decoded_session_states_are_bounded_by_bytes(no_memo_budget: Any) -> Non
             assert a.request == b.request
             assert small.condenser._states.weight <= 60_000
     assert len(small.condenser._states) < len(roomy.condenser._states) == 20
+
+
+def test_a_text_memo_keeps_keyword_calls_apart_from_positional_ones() -> None:
+    from ctxwarden.memo import text_memo
+
+    @text_memo()
+    def echo(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        return args, tuple(sorted(kwargs.items()))
+
+    assert echo("x", k=1) == (("x",), (("k", 1),))
+    assert echo(("x",), ("k", 1)) == ((("x",), ("k", 1)), ())  # not the keyword call's
+    assert echo("a", "b") == (("a", "b"), ()) and echo("a") == (("a",), ())
+    assert echo(("a", "b")) == ((("a", "b"),), ())  # one tuple argument, not two

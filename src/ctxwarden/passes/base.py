@@ -98,6 +98,7 @@ class PassContext:
     planner adopts the proposals from some message onward, so one proposal may rely on
     another only when that one is newer."""
     by_path: dict[Path, Segment] = field(default_factory=dict)
+    _eligible_by_kind: dict[str, list[Segment]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.by_path = {s.path: s for s in self.segments}
@@ -105,12 +106,14 @@ class PassContext:
     def open_segments(
         self, decided: Mapping[Path, Replacement], kind: SegmentKind = "tool_output"
     ) -> list[Segment]:
-        """Eligible segments of ``kind`` that no pass has replaced yet, oldest first."""
-        return [
-            s
-            for s in self.segments
-            if s.kind == kind and s.path in self.eligible and s.path not in decided
-        ]
+        """Eligible segments of ``kind`` that no pass has replaced yet, oldest first
+        (the eligible ones of each kind are listed once per request, every pass asks)."""
+        of_kind = self._eligible_by_kind.get(kind)
+        if of_kind is None:
+            of_kind = self._eligible_by_kind[kind] = [
+                s for s in self.segments if s.kind == kind and s.path in self.eligible
+            ]
+        return [s for s in of_kind if s.path not in decided]
 
 
 class Pass(Protocol):

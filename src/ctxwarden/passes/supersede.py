@@ -12,6 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 
+from ctxwarden.memo import text_memo
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import SupersedeConfig
@@ -24,7 +25,14 @@ _FULL_READ = re.compile(r"^(?:cat|nl(?:\s+-\w+)*|view|open|less|more)\s+([\w./-]
 
 def action_key(segment: Segment, file_reads: bool) -> str:
     """What counts as "the same action" for supersession."""
-    command = " ".join(segment.command.split())
+    return _action_key(segment.tool_name, segment.command, file_reads)
+
+
+@text_memo()
+def _action_key(tool_name: str, command: str, file_reads: bool) -> str:
+    """:func:`action_key` of a run of ``tool_name`` with ``command`` (memoized: every
+    request asks it again for every output of the history)."""
+    command = " ".join(command.split())
     if file_reads:
         m = _FULL_READ.match(command)
         if m:
@@ -32,7 +40,7 @@ def action_key(segment: Segment, file_reads: bool) -> str:
             while path.startswith("./"):  # ./a is a, but ../a, /a and .env are not
                 path = path[2:]
             return "read:" + path
-    return f"{segment.tool_name}\x00{command}"
+    return f"{tool_name}\x00{command}"
 
 
 class SupersedePass:
