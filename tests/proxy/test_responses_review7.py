@@ -315,7 +315,6 @@ async def test_a_responses_session_stays_on_one_canary_side(
                 c, stream, input="now run the tests", previous_response_id=second.id, **kwargs
             )
         assert third.output_text == "tests pass"
-        await proxy.state.drain()  # a canary-out request's event waits for its condense
         reasons = [e["rollout_reason"] for e in proxy.recorder.events]
         tools = [_tool_names(r.json()) for r in proxy.fake.received]
     expected = "canary_in" if first_in else "canary_out"

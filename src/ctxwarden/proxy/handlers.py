@@ -23,11 +23,9 @@ and bodies over ``max_body_bytes`` included (:mod:`ctxwarden.proxy.owed`).
 Shadow work never delays the client: when the mode is shadow before condensing (the
 server mode, or an ``x-ctxwarden-mode: shadow`` header), the original is relayed at
 once while a tracked background task (:meth:`ProxyState.spawn`) condenses it for the
-event, which is emitted once both are done. A canary-out session is shadow too: its
-side is decided before condensing (by its session header, or by a key derived from a
-parse in a worker thread, never waiting for the engine thread), and it is relayed at
-once the same way. When its side cannot be told there (a request the engine cannot
-read), the engine thread decides, as for an active request.
+event, which is emitted once both are done. A canary-out session is shadow too, but
+its side is decided on the engine thread with the condense (bucketing may parse the
+request), so it keeps the order of an active request: condense, then relay.
 """
 
 from __future__ import annotations
@@ -298,12 +296,6 @@ async def _condense_one(
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
         job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant)
         return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
-    outside = await _canary_out(state, parsed, api, session, wanted, server_mode, tenant)
-    if outside is not None:  # outside the canary: shadow, relayed without waiting either
-        if outside.key is not None and responses and stored(parsed):
-            ex.canary = (tenant, outside.key)  # kept under the id of the answer (rollout.py)
-        job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant)
-        return await _shadow_first(ex, record, job, outside, raw, decoded.coded, owed)
     loop = asyncio.get_running_loop()
     try:
         outcome = await loop.run_in_executor(
@@ -586,7 +578,10 @@ def _condense_sync(
     decision: Decision | None = None
     try:
         key = session
-        bucketed = _bucketed(state, session, wanted, server_mode)
+        bucketed = (
+            key is None and wanted is None and server_mode == "active"
+            and settings.canary_percent < 100 and not state.kill_switch.engaged
+        )  # fmt: skip
         if bucketed:
             key = _canary_key(state, parsed, api, tenant)
         decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
@@ -606,44 +601,8 @@ def _condense_sync(
         return decision or server_decision(), None, type(exc).__name__
 
 
-def _bucketed(state: ProxyState, session: str | None, wanted: Mode | None,
-              server_mode: Mode) -> bool:  # fmt: skip
-    """Whether a request without a session header is split by the canary (then its key
-    is derived: :func:`_canary_key`)."""
-    return (
-        session is None and wanted is None and server_mode == "active"
-        and state.settings.canary_percent < 100 and not state.kill_switch.engaged
-    )  # fmt: skip
-
-
-async def _canary_out(
-    state: ProxyState, parsed: dict[str, Any], api: str, session: str | None,
-    wanted: Mode | None, server_mode: Mode, tenant: str,
-) -> Decision | None:  # fmt: skip
-    """The decision of a request outside the canary, told before condensing and off the
-    engine thread (its session header, or a key derived in a worker thread: the parse
-    memos and the store are safe across threads). ``None``: inside the canary, no split
-    at all, or a key that could not be derived here (the engine thread then decides,
-    as for any request, and reports what it could not read)."""
-    if wanted is not None or server_mode != "active" or state.kill_switch.engaged:
-        return None
-    if state.settings.canary_percent >= 100:
-        return None
-    key = session
-    if _bucketed(state, session, wanted, server_mode):
-        try:
-            key = await asyncio.to_thread(_canary_key, state, parsed, api, tenant)
-        except Exception:  # malformed, or anything else: the engine thread's to judge
-            return None
-    decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                      canary_percent=state.settings.canary_percent, session=key)  # fmt: skip
-    if decision.mode != "shadow":
-        return None
-    return dataclasses.replace(decision, key=key) if session is None else decision
-
-
 def _canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
-    """In a worker or the engine thread: the key a request without a session header is bucketed
+    """On the engine thread: the key a request without a session header is bucketed
     by; for a Responses continuation the one remembered for the response it continues
     (:mod:`.rollout`), else :func:`~ctxwarden.proxy.rollout.canary_key`."""
     previous = parsed.get("previous_response_id") if api == "openai.responses" else None
