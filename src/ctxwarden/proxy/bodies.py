@@ -7,15 +7,36 @@ bytes. Whatever it cannot read - another coding (``br``, ``zstd``: their decoder
 no output limit, so a small body could inflate without bound), a corrupt stream, more
 than ``limit`` bytes - is not an error of the request: it is forwarded untouched, and
 the upstream decides (a Responses body past ``limit`` may still be read further, to
-add recall answers owed: :mod:`ctxwarden.proxy.owed`).
+add recall answers owed: :mod:`ctxwarden.proxy.owed`). Work linear in a body runs on
+the event loop only while the body is small (:func:`off_loop_if_large`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["DecodedBody", "decode_body", "decoded_by_server"]
+__all__ = [
+    "INLINE_PARSE_BYTES", "DecodedBody", "decode_body", "decoded_by_server", "off_loop_if_large",
+]  # fmt: skip
+
+INLINE_PARSE_BYTES = 256 * 1024
+"""Bodies up to this size are decoded, parsed, written and scanned on the event loop;
+larger ones in a thread (a body decoding past it is decoded off-loop from the start)."""
+
+T = TypeVar("T")
+
+
+async def off_loop_if_large(scan: Callable[[bytes], T], body: bytes) -> T:
+    """``scan(body)`` for work linear in ``body``: in a thread when ``body`` is larger
+    than :data:`INLINE_PARSE_BYTES`, so a large body never stalls the event loop."""
+    if len(body) <= INLINE_PARSE_BYTES:
+        return scan(body)
+    return await asyncio.to_thread(scan, body)
+
 
 _GZIP_OR_ZLIB = 32 + zlib.MAX_WBITS
 """``wbits`` that accept a gzip or a zlib header (auto-detected)."""

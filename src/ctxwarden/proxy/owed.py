@@ -71,6 +71,7 @@ from typing import Any
 import orjson
 
 from ctxwarden.errors import StoreError
+from ctxwarden.proxy.bodies import off_loop_if_large
 from ctxwarden.proxy.recall import RecallAnswer
 from ctxwarden.proxy.state import OWING_TENANTS, ProxyState
 
@@ -279,19 +280,13 @@ async def names_owing(state: ProxyState, tenant: str, body: bytes) -> bool:
     """Whether the JSON ``body`` may continue a response that owes items: one of its
     :func:`previous_ids` does (True too when it names more than those: a parse must
     tell). Large bodies are searched off-loop."""
-    if len(body) <= _INLINE_SEARCH_BYTES:
-        ids = previous_ids(body)
-    else:
-        ids = await asyncio.to_thread(previous_ids, body)
+    ids = await off_loop_if_large(previous_ids, body)
     if ids is None:
         return True
     for previous in ids:
         if await _owed_by(state, tenant, previous):
             return True
     return False
-
-
-_INLINE_SEARCH_BYTES = 1024 * 1024
 
 
 def settle(request: dict[str, Any], owed: list[Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import orjson
 from aiohttp import web
 
 from ctxwarden.io import may_hold_wide_integer
-from ctxwarden.proxy.bodies import DecodedBody, decode_body
+from ctxwarden.proxy.bodies import INLINE_PARSE_BYTES, DecodedBody, decode_body, off_loop_if_large
 from ctxwarden.proxy.owed import owing, unsettled
 from ctxwarden.proxy.relay import Exchange
 from ctxwarden.proxy.state import Hold, ProxyState
@@ -37,10 +37,6 @@ __all__ = [
     "read_capped", "read_held", "read_responses", "stdlib_dump", "stdlib_load",
     "stdlib_parses_object",
 ]  # fmt: skip
-
-INLINE_PARSE_BYTES = 256 * 1024
-"""Bodies up to this size are decoded, parsed, written and scanned on the event loop;
-larger ones in a thread (a body decoding past it is decoded off-loop from the start)."""
 
 T = TypeVar("T")
 
@@ -221,22 +217,18 @@ async def _stdlib_then(body: bytes, then: Callable[[Any], T], not_json: T) -> T:
     """``then`` of ``body`` as Python's ``json`` reads it, ``not_json`` when it is not
     JSON; off-loop for a large body (``then`` too: it may walk the whole value)."""
 
-    def read() -> T:
+    def read(data: bytes) -> T:
         try:
-            return then(json.loads(body))
+            return then(json.loads(data))
         except (ValueError, RecursionError):
             return not_json
 
-    if len(body) <= INLINE_PARSE_BYTES:
-        return read()
-    return await asyncio.to_thread(read)
+    return await off_loop_if_large(read, body)
 
 
 async def orjson_load(body: bytes) -> Any:
     """``body`` read by orjson; off-loop when large (raises ``JSONDecodeError``)."""
-    if len(body) <= INLINE_PARSE_BYTES:
-        return orjson.loads(body)
-    return await asyncio.to_thread(orjson.loads, body)
+    return await off_loop_if_large(orjson.loads, body)
 
 
 async def orjson_dump(value: Any, size: int) -> bytes:
@@ -258,13 +250,6 @@ async def stdlib_dump(value: Any) -> bytes:
             return json.dumps(value, separators=(",", ":")).encode()
 
     return await asyncio.to_thread(write)
-
-
-async def off_loop_if_large(scan: Callable[[bytes], T], body: bytes) -> T:
-    """``scan(body)`` for a scan linear in ``body``: off-loop when it is large."""
-    if len(body) <= INLINE_PARSE_BYTES:
-        return scan(body)
-    return await asyncio.to_thread(scan, body)
 
 
 async def may_hold_wide(body: bytes) -> bool:
