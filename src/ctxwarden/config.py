@@ -104,9 +104,10 @@ def load_config(path: str | Path) -> EngineConfig:
     return validated_config(read_toml(path), path)
 
 
-def validated_config(data: dict[str, Any], path: str | Path) -> EngineConfig:
-    """``data``, read from the file ``path``, as an :class:`EngineConfig` whose preset
-    and pipeline resolve (a :class:`ConfigError` names the file and the key)."""
+def validated_config(data: dict[str, Any], path: str | Path | None = None) -> EngineConfig:
+    """``data`` (read from the file ``path``, when from one) as an :class:`EngineConfig`
+    whose preset and pipeline resolve (a :class:`ConfigError` names the key, and the
+    file)."""
     from ctxwarden.pipeline.presets import resolve_pipeline
 
     try:
@@ -116,5 +117,5 @@ def validated_config(data: dict[str, Any], path: str | Path) -> EngineConfig:
             raise config_error(exc) from exc
         resolve_pipeline(config.preset, config.pipeline)
     except ConfigError as exc:
-        raise exc.in_file(path) from exc
+        raise (exc if path is None else exc.in_file(path)) from exc
     return config

@@ -11,10 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from rich.console import Console
 
-from ctxwarden.config import EngineConfig, StoreConfig, config_error, read_toml, validated_config
+from ctxwarden.config import StoreConfig, read_toml, validated_config
 from ctxwarden.engine import Engine
 from ctxwarden.errors import StoreError
 from ctxwarden.io import dump_json
@@ -101,13 +100,9 @@ def engine_from_args(
         update["mode"] = args.mode
     if getattr(args, "data_dir", None):
         update["data_dir"] = args.data_dir
-    if getattr(args, "config", None):  # the flags override the file's keys
-        config = validated_config({**read_toml(args.config), **update}, args.config)
-    else:
-        try:
-            config = EngineConfig.model_validate(update)
-        except ValidationError as exc:
-            raise config_error(exc) from exc
+    path = getattr(args, "config", None)
+    # the flags override the file's keys
+    config = validated_config({**(read_toml(path) if path else {}), **update}, path)
     engine = Engine(config)
     if open_store:
         with store_errors(config.store, config.data_dir):

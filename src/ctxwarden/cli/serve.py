@@ -87,29 +87,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_fake_upstream)
 
 
+_NUMBERS_WITHOUT_DEFAULT: dict[str, type[int] | type[float]] = {
+    "--memo-mb": float,
+    "--max-owed-held-bytes": int,
+}
+"""Number options whose default (``None``) is decided later, by the settings."""
+
+
 def _option(args: argparse.Namespace, flag: str, default: Any, env: dict[str, str]) -> Any:
     """The flag's value, else its variable's, else ``default``; a number where the
-    default is one (a :class:`ConfigError` names the flag or the variable it came
-    from)."""
-    value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+    default is one or the option is one of :data:`_NUMBERS_WITHOUT_DEFAULT` (a
+    :class:`ConfigError` names the flag or the variable it came from)."""
+    where = flag.lstrip("-")
+    value = getattr(args, where.replace("-", "_"), None)
     if value is None:
-        value = env.get(_env_name(flag))
+        where = _env_name(flag)
+        value = env.get(where)
     if value is None:
         return default
-    where = _source(args, flag)
-    if isinstance(default, bool | int | float) and not isinstance(default, bool):
-        try:
-            return type(default)(value)
-        except ValueError:
-            raise ConfigError(f"not a number: {value!r}", where) from None
-    return value
-
-
-def _source(args: argparse.Namespace, flag: str) -> str:
-    """Where ``flag``'s value came from: the flag, or else its variable."""
-    if getattr(args, flag.lstrip("-").replace("-", "_"), None) is not None:
-        return flag.lstrip("-")
-    return _env_name(flag)
+    kind = _NUMBERS_WITHOUT_DEFAULT.get(flag)
+    if isinstance(default, int | float) and not isinstance(default, bool):
+        kind = type(default)
+    if kind is None:
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"not a number: {value!r}", where) from None
 
 
 def settings_from_args(
@@ -125,19 +129,6 @@ def settings_from_args(
         config = EngineConfig.model_validate(
             {**config.model_dump(), "data_dir": values["--data-dir"]}
         )
-    memo_mb = values["--memo-mb"]
-    if memo_mb is not None:
-        try:
-            memo_mb = float(memo_mb)
-        except ValueError:
-            raise ConfigError(f"not a number: {memo_mb!r}", _source(args, "--memo-mb")) from None
-    held = values["--max-owed-held-bytes"]
-    if held is not None:
-        try:
-            held = int(held)
-        except ValueError:
-            where = _source(args, "--max-owed-held-bytes")
-            raise ConfigError(f"not a number: {held!r}", where) from None
     timeout = values["--read-timeout"]
     if not (math.isfinite(timeout) and timeout > 0):  # the flag's is checked when parsed
         raise ConfigError(f"{timeout} is not a number of seconds above 0", "read_timeout")
@@ -153,9 +144,9 @@ def settings_from_args(
         read_timeout=values["--read-timeout"],
         max_body_bytes=values["--max-body-bytes"],
         max_owed_body_bytes=values["--max-owed-body-bytes"],
-        max_owed_held_bytes=held,
+        max_owed_held_bytes=values["--max-owed-held-bytes"],
         gc_interval=values["--gc-interval"],
-        memo_mb=memo_mb,
+        memo_mb=values["--memo-mb"],
     )
     level = str(values["--log-level"]).lower()
     if level not in ("debug", "info", "warning", "error"):

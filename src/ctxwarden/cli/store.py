@@ -70,12 +70,12 @@ def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
             "store.path",
         )
     data_dir = args.data_dir or config.data_dir
-    if config.store.backend == "sqlite" and _not_made(sqlite_path(config.store, data_dir)):
-        # these commands read: a store that is not there is not made (nor its folder)
-        raise StoreError(
-            f"no store at {sqlite_path(config.store, data_dir)} (nothing was condensed "
-            "with this data dir or config yet)"
-        )
+    if config.store.backend == "sqlite":
+        path = sqlite_path(config.store, data_dir)
+        if _not_made(path):  # these commands read: a missing store is not made
+            raise StoreError(
+                f"no store at {path} (nothing was condensed with this data dir or config yet)"
+            )
     with store_errors(config.store, data_dir):
         store = open_store(config.store, data_dir)
     try:

@@ -128,7 +128,7 @@ def build_placeholder(
     body, errors, error_set = _body(segment, ref, digest, verb)
     if counter is not None and counter.count_text(body) >= segment.tokens:
         return None
-    keywords = _not_shown(mention_scores(segment.text), body, error_set, digest)
+    keywords = _mentions(segment, body, error_set, digest)
     kept = [w for w in keywords if w not in visible][: digest.max_keywords]
     if kept:
         body = body + "\n" + mentions_line(kept)
@@ -141,8 +141,12 @@ def placeholder_parts(
     """Header and body, kept error lines, and the candidate mentions, best first
     (those below ``digest.min_mention_score`` left out; the caller caps the count)."""
     body, errors, error_set = _body(segment, ref, digest, verb)
-    keywords = tuple(_not_shown(mention_scores(segment.text), body, error_set, digest))
-    return body, errors, keywords
+    return body, errors, tuple(_mentions(segment, body, error_set, digest))
+
+
+def _mentions(segment: Segment, body: str, error_set: set[str], digest: Digest) -> list[str]:
+    """The candidate mentions of ``segment``'s placeholder whose text is ``body``."""
+    return _not_shown(mention_scores(segment.text), body, error_set, digest)
 
 
 def _body(
