@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.config import StoreConfig
+from ctxwarden.io import bundled_sessions, load_session, session_requests
 from ctxwarden.pipeline.condenser import step_is_free
 from ctxwarden.pipeline.presets import PlannerConfig
 from ctxwarden.pipeline.state import SessionState
@@ -58,3 +63,52 @@ def test_a_state_from_a_newer_replica_keeps_what_this_one_knows() -> None:
     data["something_new"] = [1, 2, 3]
     state = SessionState.decode(orjson.dumps(data))
     assert (state.turns, state.steps) == (5, 2)
+
+
+@pytest.mark.parametrize(
+    ("cum_exact", "cum_sent", "exact_cost", "step_cost", "bound", "fits"),
+    [
+        (1000.0, 1000.0, 100.0, 150.0, 0.05, True),  # 1,150 against 1,100: 4.5% dearer
+        (1000.0, 1000.0, 100.0, 160.0, 0.05, False),  # 1,160 against 1,100: 5.5%
+        (1000.0, 1000.0, 100.0, 160.0, 0.015, False),
+        (1000.0, 900.0, 100.0, 210.0, 0.015, True),  # earlier savings pay for this step
+        (0.0, 0.0, 100.0, 100.0, 0.0, True),  # a first request sent as cheap as exact
+    ],
+)
+def test_fits_ledger_bounds_the_session_as_if_it_ended_now(
+    cum_exact: float, cum_sent: float, exact_cost: float, step_cost: float, bound: float, fits: bool
+) -> None:
+    from ctxwarden.pipeline.condenser import fits_ledger
+
+    state = SessionState(cum_exact={"anthropic": cum_exact}, cum_sent={"anthropic": cum_sent})
+    assert fits_ledger(state, "anthropic", exact_cost, step_cost, bound) is fits
+    assert fits_ledger(state, "openai", exact_cost, step_cost, bound) is (step_cost <= exact_cost)
+
+
+def _worst_deficit_after_steps(path: Path, free_bound: float | None) -> float:
+    """The largest share by which the session's cost so far exceeds exact's, read from
+    its ledger after each unforced compaction step of the bundled session ``path``."""
+    pipeline = {} if free_bound is None else {"planner": {"max_free_step_deficit": free_bound}}
+    engine = Engine(EngineConfig(pipeline=pipeline, store=StoreConfig(backend="memory")))
+    worst = 0.0
+    for wire, _ in session_requests(load_session(path)):
+        report = engine.condense(wire, session="s").report
+        if not report["new_replacements"] or report["forced_step"]:
+            continue
+        state = SessionState.decode(engine.store.get_state("local", "s"))
+        for style, exact in state.cum_exact.items():
+            worst = max(worst, (state.cum_sent[style] - exact) / exact)
+    return worst
+
+
+_BOUND = max(PlannerConfig().max_free_step_deficit, PlannerConfig().max_session_deficit)
+
+
+@pytest.mark.parametrize("path", bundled_sessions(), ids=lambda p: p.name[:40])
+def test_no_unforced_step_leaves_the_session_dearer_than_the_free_step_bound(path: Path) -> None:
+    assert _worst_deficit_after_steps(path, None) <= _BOUND
+
+
+def test_the_free_step_bound_binds_on_a_bundled_session() -> None:
+    # without it, an early free step leaves a session about a tenth dearer until it pays
+    assert max(_worst_deficit_after_steps(p, 1.0) for p in bundled_sessions()) > _BOUND

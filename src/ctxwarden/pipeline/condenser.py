@@ -9,7 +9,8 @@ Cache-aware and deterministic:
 3. A compaction step adopts the new replacements from some message onward, chosen by a
    prompt-cache cost model: the step must save at least the floor, its expected saving
    over the coming turns must outweigh the cache rewrite, and it may not push the
-   session's cost above exact by more than ``max_session_deficit``. When the pressure
+   session's cost above exact by more than ``max_session_deficit`` (a step cheap enough
+   to count as free: by more than ``max_free_step_deficit``). When the pressure
    band reaches the soft or hard trigger a step is forced.
 4. Each adopted replacement's originals are stored and read back; a failure rolls that
    segment back alone. Frozen replacements whose artifact went missing are restored.
@@ -55,7 +56,7 @@ from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import CachePricing
 
-__all__ = ["CondenseOutcome", "Condenser", "step_is_free"]
+__all__ = ["CondenseOutcome", "Condenser", "fits_ledger", "step_is_free"]
 
 MAX_SENT_HASHES = MESSAGE_MEMO_LIMIT
 
@@ -441,12 +442,13 @@ class Condenser:
                 payback = extra / per_turn if per_turn > 0 else float("inf")
                 if payback > planner.free_payback_turns:
                     worst_payback = max(worst_payback, payback)
-                if not step_is_free(extra, exact_cost, payback, state, planner):
-                    # a larger step must fit the session's cost ledger
-                    cum_exact = state.cum_exact.get(style.name, 0.0) + exact_cost
-                    cum_sent = state.cum_sent.get(style.name, 0.0) + step_cost
-                    if cum_sent - cum_exact > planner.max_session_deficit * cum_exact:
-                        net = -1.0
+                bound = (  # a larger step must fit the session's cost ledger closely
+                    planner.max_free_step_deficit
+                    if step_is_free(extra, exact_cost, payback, state, planner)
+                    else planner.max_session_deficit
+                )
+                if not fits_ledger(state, style.name, exact_cost, step_cost, bound):
+                    net = -1.0
                 worst = min(worst, net)
             if worst > best_net:
                 best_cut, best_net, best_payback = message_index, worst, worst_payback
@@ -616,7 +618,8 @@ def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: 
 def step_is_free(
     extra: float, exact_cost: float, payback: float, state: SessionState, planner: PlannerConfig
 ) -> bool:
-    """Whether a step may skip the session's cost ledger: its extra cost this turn is at
+    """Whether a step is held to the free-step bound of the session's cost ledger
+    (``max_free_step_deficit``) rather than the tight one: its extra cost this turn is at
     most ``free_step_cost`` of the exact request's, and it is not a second slow bet (one
     paying back in more than ``free_payback_turns``) while an earlier one is unpaid
     (``state.risk_until``). Two such bets at a session's end are what made sessions
@@ -624,6 +627,17 @@ def step_is_free(
     if extra > planner.free_step_cost * exact_cost:
         return False
     return payback <= planner.free_payback_turns or state.turns >= state.risk_until
+
+
+def fits_ledger(
+    state: SessionState, style: str, exact_cost: float, step_cost: float, bound: float
+) -> bool:
+    """Whether the session, were it to end with this request sent at ``step_cost``
+    (``exact_cost`` unchanged), costs at most ``bound`` more than exact would have, by
+    the cost ledger in ``state`` for price ``style``."""
+    cum_exact = state.cum_exact.get(style, 0.0) + exact_cost
+    cum_sent = state.cum_sent.get(style, 0.0) + step_cost
+    return cum_sent - cum_exact <= bound * cum_exact
 
 
 def _prefix_tokens(tokens: list[int], prefix: int) -> int:

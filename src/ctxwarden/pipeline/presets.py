@@ -104,6 +104,14 @@ class PlannerConfig(_Strict):
         le=1,
         description="Larger steps may not make the session dearer than exact by more.",
     )
+    max_free_step_deficit: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Nor may a free step by more than this, were the session to end right "
+        "after it: early in a session the exact cost so far is small, and one free step "
+        "could leave it dearer by a tenth until the step pays back.",
+    )
 
 
 class ToolPolicy(_Strict):
