@@ -30,6 +30,7 @@ import copy
 import glob
 import gzip
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -92,6 +93,7 @@ def cost_w(tokens, cached):
 files = sorted(glob.glob(str(CORPUS / "*.json.gz")))[::every]
 tot = {(s, m): 0.0 for s in ("exact", "cond") for m in "ABCDEF"}
 worst = {m: (9, None) for m in "ABCDEF"}
+savings: dict[str, list[float]] = {m: [] for m in "ABCDEF"}
 for f in files:
     with gzip.open(f) as handle:
         d = json.load(handle)
@@ -187,6 +189,7 @@ for f in files:
         for side in ("exact", "cond"):
             tot[(side, mm)] += sess[(side, mm)]
         sv = 1 - sess[("cond", mm)] / sess[("exact", mm)]
+        savings[mm].append(sv)
         if sv < worst[mm][0]:
             worst[mm] = (sv, d["id"])
     print(
@@ -202,4 +205,8 @@ for mm in "ABCDEF":
         f"{1 - tot[('cond', mm)] / tot[('exact', mm)]:+.1%}",
         "worst",
         f"{worst[mm][0]:+.1%}",
+        "median session",
+        f"{statistics.median(savings[mm]):+.1%}",
+        "sessions below -2%",
+        sum(v < -0.02 for v in savings[mm]),
     )
