@@ -1,7 +1,8 @@
 """Shadow work runs beside the client's exchange, never before it.
 
-A request known to be shadow before condensing (the server mode, or the
-``x-ctxwarden-mode: shadow`` header) is relayed at once; its condense runs on the
+A request known to be shadow before condensing (the server mode, the
+``x-ctxwarden-mode: shadow`` header, or a canary-out session the client names) is
+relayed at once; its condense runs on the
 engine thread meanwhile, tracked on the proxy state, and the request's one event is
 emitted when both are done, with the shadow report in it. The engine is held on a
 gate here, so every ordering below is deterministic: the client's answer comes while
@@ -25,6 +26,7 @@ from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
 
 AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
 SHADOW = {"x-ctxwarden-mode": "shadow"}
+NAMED = {"x-ctxwarden-session": "agent-run-7"}
 CHAT = {
     "model": "gpt-4o",
     "messages": [
@@ -82,13 +84,17 @@ async def _entered(gate: Gate) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("how", ["server", "header"])
+@pytest.mark.parametrize("how", ["server", "header", "canary_out"])
 async def test_the_answer_comes_first_and_the_event_carries_the_shadow_report(
     make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate],
     stream: bool, how: str,
 ) -> None:  # fmt: skip
-    settings: dict[str, Any] = {"mode": "shadow"} if how == "server" else {}
-    headers = SHADOW if how == "header" else {}
+    settings: dict[str, Any] = {
+        "server": {"mode": "shadow"},
+        "header": {},
+        "canary_out": {"canary_percent": 0},  # a session the client names buckets at once
+    }[how]
+    headers = {"header": SHADOW, "canary_out": NAMED}.get(how, {})
     async with make_proxy(**settings) as proxy:
         gate = Gate(proxy, monkeypatch)
         opened.append(gate)
@@ -235,7 +241,8 @@ async def test_a_shadow_backlog_skips_the_condense_not_the_request(
 
 
 async def test_canary_out_keeps_condense_then_relay(make_proxy: ProxyFactory) -> None:
-    # the side is decided on the engine thread: the event is complete with the answer
+    # no session header: the side is decided on the engine thread, so the event is
+    # complete with the answer
     async with make_proxy(canary_percent=0) as proxy:
         assert (await _post(proxy, orjson.dumps(CHAT)))[0] == 200
         assert not proxy.state.background

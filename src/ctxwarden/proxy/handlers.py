@@ -23,9 +23,11 @@ and bodies over ``max_body_bytes`` included (:mod:`ctxwarden.proxy.owed`).
 Shadow work never delays the client: when the mode is shadow before condensing (the
 server mode, or an ``x-ctxwarden-mode: shadow`` header), the original is relayed at
 once while a tracked background task (:meth:`ProxyState.spawn`) condenses it for the
-event, which is emitted once both are done. A canary-out session is shadow too, but
-its side is decided on the engine thread with the condense (bucketing may parse the
-request), so it keeps the order of an active request: condense, then relay.
+event, which is emitted once both are done. So is a canary-out session the client
+names (``x-ctxwarden-session``: its bucket needs no parse). One without a name is
+shadow too, but its side is decided on the engine thread with the condense (bucketing
+parses the request, or reads the key remembered for the response it continues), so it
+keeps the order of an active request: condense, then relay.
 """
 
 from __future__ import annotations
@@ -243,8 +245,8 @@ async def _condense_one(
     record.set(api=api, bytes_before=len(raw), bytes_after=len(raw))
     wanted = header_mode(request.headers.get("x-ctxwarden-mode"))
     server_mode: Mode = state.settings.mode or state.engine.config.mode
-    quick = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                   canary_percent=100, session=None)  # fmt: skip
+    session = request.headers.get("x-ctxwarden-session") or None
+    quick = _quick_decision(state, wanted, server_mode, session)
     tenant = state.tenants.for_headers(request.headers)
     responses = api == "openai.responses"
     cap = state.settings.max_body_bytes
@@ -290,7 +292,6 @@ async def _condense_one(
         if responses:
             return await _as_sent(ex, record, tenant, raw, decoded, stdlib=True)
         return await relay(ex, raw, record)
-    session = request.headers.get("x-ctxwarden-session") or None
     # recall answers a stored response the client continues still owes (see owed.py)
     owed = await owed_for(state, tenant, parsed) if responses else []
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
@@ -352,6 +353,22 @@ async def _condense_one(
         ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
     return await relay(ex, out, record)
+
+
+def _quick_decision(
+    state: ProxyState, wanted: Mode | None, server_mode: Mode, session: str | None
+) -> Decision:
+    """The mode as far as it is known before reading the body: the kill switch, the
+    mode header, the server mode, and the canary side of a session the client named
+    (bucketed by its name, as on the engine thread). A canary-out session without a
+    name stays ``active`` here: its side is told on the engine thread."""
+    quick = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                   canary_percent=100, session=None)  # fmt: skip
+    if quick.mode != "active" or quick.reason != "server" or session is None:
+        return quick
+    named = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                   canary_percent=state.settings.canary_percent, session=session)  # fmt: skip
+    return named if named.mode == "shadow" else quick
 
 
 async def _as_sent(
