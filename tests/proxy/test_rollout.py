@@ -50,6 +50,7 @@ async def test_header_mode_and_canary_out_are_logged(make_proxy: ProxyFactory) -
         for i in range(40):
             session = f"sess-{i}"
             assert await _send(proxy.url, _chat("x"), **{"x-ctxwarden-session": session}) == 200
+            await proxy.state.drain()  # a canary-out event waits for its condense
             event = proxy.recorder.events[-1]
             expect = "canary_in" if canary_bucket(session) < 50 else "canary_out"
             assert event["rollout_reason"] == expect

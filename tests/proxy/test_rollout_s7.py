@@ -7,6 +7,7 @@ marker with the fix.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -167,6 +168,7 @@ async def test_a_failing_canary_condense_sends_the_original_bytes(
         for session in ("a", "b", "c", "d", "e", "f"):
             assert await _post(proxy, body, **{"x-ctxwarden-session": session}) == 200
             assert proxy.fake.received[-1].body == body
+            await proxy.state.drain()  # a canary-out event waits for its condense
             assert proxy.recorder.events[-1]["fallback_reason"] == "proxy: RuntimeError"
 
 
@@ -206,6 +208,7 @@ async def test_a_failing_canary_out_condense_is_logged_as_canary_out(
         monkeypatch.setattr(proxy.engine, "condense", broken)
         body = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
         assert await _post(proxy, body, **{"x-ctxwarden-session": out}) == 200
+        await proxy.state.drain()  # its event waits for its condense
         event = proxy.recorder.events[-1]
     assert (event["mode"], event["rollout_reason"]) == ("shadow", "canary_out")
 
@@ -297,3 +300,24 @@ def test_a_blank_api_key_header_does_not_hide_the_bearer_token() -> None:
     assert credential_of(a) == "sk-a"
     assert keys.for_headers(a) != keys.for_headers(b)
     assert keys.for_headers({"x-api-key": " "}) == ANONYMOUS_TENANT
+
+
+async def test_a_canary_out_event_keeps_the_decision_it_was_relayed_under(
+    make_proxy: ProxyFactory,
+) -> None:
+    # the engine thread is held busy so that the condense starts after the kill switch
+    out = next(s for s in (f"s{i}" for i in range(100)) if canary_bucket(s) >= 50)
+    body = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "x " * 50}]})
+    async with make_proxy(canary_percent=50) as proxy:
+        busy = threading.Event()
+        loop = asyncio.get_running_loop()
+        blocker = loop.run_in_executor(proxy.state.executor, busy.wait, 10)
+        assert await _post(proxy, body, **{"x-ctxwarden-session": out}) == 200
+        assert proxy.fake.received[-1].body == body  # relayed as canary-out shadow
+        proxy.state.kill_switch.set(True, "test")  # engaged after the relay
+        busy.set()
+        await blocker
+        await proxy.state.drain()
+        (event,) = proxy.recorder.events
+    assert (event["mode"], event["rollout_reason"]) == ("shadow", "canary_out")
+    assert event["canary_bucket"] == canary_bucket(out) and event["tokens_before"] > 0

@@ -295,7 +295,7 @@ async def _condense_one(
     # recall answers a stored response the client continues still owes (see owed.py)
     owed = await owed_for(state, tenant, parsed) if responses else []
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
-        job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant)
+        job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant, quick)
         return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
     loop = asyncio.get_running_loop()
     try:
@@ -484,7 +484,9 @@ one engine thread with active requests."""
 
 @dataclass(frozen=True, slots=True)
 class _ShadowJob:
-    """What a shadow request's condense needs (the arguments of :func:`_condense_sync`)."""
+    """What a shadow request's condense needs (the arguments of :func:`_condense_sync`),
+    and the decision it was relayed under, which its condense and its event keep (the
+    kill switch may flip meanwhile)."""
 
     parsed: dict[str, Any]
     api: str
@@ -492,6 +494,7 @@ class _ShadowJob:
     wanted: Mode | None
     server_mode: Mode
     tenant: str
+    decision: Decision
 
 
 async def _shadow_first(
@@ -529,7 +532,7 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
         try:
             decision, result, failure = await loop.run_in_executor(
                 state.executor, _condense_sync, state, job.parsed, job.api, job.session,
-                job.wanted, job.server_mode, job.tenant,
+                job.wanted, job.server_mode, job.tenant, job.decision,
             )  # fmt: skip
         except _Malformed as exc:  # forwarded as sent: the upstream judges it
             decision, result = exc.decision, None
@@ -576,10 +579,11 @@ class _Malformed(Exception):
 
 def _condense_sync(
     state: ProxyState, parsed: dict[str, Any], api: str, session: str | None,
-    wanted: Mode | None, server_mode: Mode, tenant: str,
+    wanted: Mode | None, server_mode: Mode, tenant: str, decided: Decision | None = None,
 ) -> tuple[Decision, Any, str | None]:  # fmt: skip
     """On the engine thread: decide the canary bucket, then condense (never raises
-    except :class:`_Malformed`).
+    except :class:`_Malformed`). A shadow request passes the decision it was relayed
+    under as ``decided``: that one stands, whatever the kill switch says by now.
 
     A session without an ``x-ctxwarden-session`` header is bucketed by
     :func:`~ctxwarden.proxy.rollout.canary_key`, which its first turn shares with the
@@ -592,19 +596,10 @@ def _condense_sync(
         return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
                       canary_percent=100, session=None)  # fmt: skip
 
-    decision: Decision | None = None
+    decision: Decision | None = decided
     try:
-        key = session
-        bucketed = (
-            key is None and wanted is None and server_mode == "active"
-            and settings.canary_percent < 100 and not state.kill_switch.engaged
-        )  # fmt: skip
-        if bucketed:
-            key = _canary_key(state, parsed, api, tenant)
-        decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                          canary_percent=settings.canary_percent, session=key)  # fmt: skip
-        if bucketed and decision.bucket is not None:
-            decision = dataclasses.replace(decision, key=key)
+        if decision is None:
+            decision = _bucketed(state, parsed, api, session, wanted, server_mode, tenant)
         items = parsed.get("messages", parsed.get("input"))
         if isinstance(items, list) and len(items) > settings.max_messages:
             return decision, None, f"limit: {len(items)} messages > {settings.max_messages}"
@@ -616,6 +611,25 @@ def _condense_sync(
     except Exception as exc:  # ctxwarden must never fail a forwardable request
         _log.error("condense failed, sending the original: %s", type(exc).__name__)
         return decision or server_decision(), None, type(exc).__name__
+
+
+def _bucketed(
+    state: ProxyState, parsed: dict[str, Any], api: str, session: str | None,
+    wanted: Mode | None, server_mode: Mode, tenant: str,
+) -> Decision:  # fmt: skip
+    """The request's decision with its canary side (see :func:`_condense_sync`)."""
+    key = session
+    bucketed = (
+        key is None and wanted is None and server_mode == "active"
+        and state.settings.canary_percent < 100 and not state.kill_switch.engaged
+    )  # fmt: skip
+    if bucketed:
+        key = _canary_key(state, parsed, api, tenant)
+    decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                      canary_percent=state.settings.canary_percent, session=key)  # fmt: skip
+    if bucketed and decision.bucket is not None:
+        decision = dataclasses.replace(decision, key=key)
+    return decision
 
 
 def _canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
