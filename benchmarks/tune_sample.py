@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from stop_deficit import worst_stop
+from stop_deficit import FROM_TURN, worst_stop
 
 from ctxwarden.config import EngineConfig, StoreConfig
 from ctxwarden.pipeline.presets import PRESETS
@@ -65,6 +65,7 @@ def _run(job: tuple[list[str], str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "reduction": s.reduction(),
                 "anthropic": s.saving("anthropic"),
                 "anthropic_any_turn": worst_stop(base.cost_anthropic, s.cost_anthropic),
+                "anthropic_late": worst_stop(base.cost_anthropic, s.cost_anthropic, FROM_TURN),
                 "openai": s.saving("openai"),
                 "support": (s.support_visible, s.support_total),
                 "critical": (s.critical_visible, s.critical_total),
@@ -88,12 +89,14 @@ def _summary(rows: list[dict[str, Any]]) -> str:
     worst = min(rows, key=lambda r: r["anthropic"] if r["anthropic"] is not None else 1)
     below = sum(1 for a in ant if a < -0.02)
     any_turn = min(r["anthropic_any_turn"] for r in rows)
+    late = min(r["anthropic_late"] for r in rows)
     return (
         f"median red {100 * statistics.median(red):5.1f}%  total {100 * (1 - tokens / exact):5.1f}%"
         f"  support {100 * sv / max(st, 1):5.1f}%  errors {100 * cv / max(ct, 1):5.1f}%"
         f"  anthropic median {100 * statistics.median(ant):5.1f}%"
         f" worst {100 * worst['anthropic']:5.1f}%"
         f" ({below} < -2%), at any turn {100 * any_turn:5.1f}%"
+        f" (from turn {FROM_TURN} {100 * late:5.1f}%)"
         f"  p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms"
         f"  violations {sum(r['violations'] for r in rows)}"
         f"  >= 60%: {sum(r >= 0.6 for r in red)}/{len(red)}"

@@ -41,7 +41,7 @@ _FORCE_PLANNER: dict[str, Any] = {
     "floor_tokens": 0,
     "floor_ratio": 0,
     "max_session_deficit": 1.0,
-    "max_free_step_deficit": 1.0,
+    "free_step_deficit_requests": 1000.0,
     "min_expected_turns": 1000,
     "max_expected_turns": 1000,
     "max_rewrite_tokens": None,

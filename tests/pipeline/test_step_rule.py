@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,13 @@ from ctxwarden.pipeline.condenser import step_is_free
 from ctxwarden.pipeline.presets import PlannerConfig
 from ctxwarden.pipeline.state import SessionState
 
-PLANNER = PlannerConfig(free_step_cost=0.5, free_payback_turns=1, risk_window=2)
+PLANNER = PlannerConfig(
+    free_step_cost=0.5,
+    free_payback_turns=1,
+    risk_window=2,
+    free_step_deficit_requests=0.4,
+    max_session_deficit=0.015,
+)
 
 
 @pytest.mark.parametrize(
@@ -82,33 +89,56 @@ def test_fits_ledger_bounds_the_session_as_if_it_ended_now(
 
     state = SessionState(cum_exact={"anthropic": cum_exact}, cum_sent={"anthropic": cum_sent})
     assert fits_ledger(state, "anthropic", exact_cost, step_cost, bound) is fits
-    assert fits_ledger(state, "openai", exact_cost, step_cost, bound) is (step_cost <= exact_cost)
+    # a style with no ledger yet: this request alone is the session
+    alone = step_cost - exact_cost <= bound * exact_cost
+    assert fits_ledger(state, "openai", exact_cost, step_cost, bound) is alone
 
 
-def _worst_deficit_after_steps(path: Path, free_bound: float | None) -> float:
-    """The largest share by which the session's cost so far exceeds exact's, read from
-    its ledger after each unforced compaction step of the bundled session ``path``."""
-    pipeline = {} if free_bound is None else {"planner": {"max_free_step_deficit": free_bound}}
-    engine = Engine(EngineConfig(pipeline=pipeline, store=StoreConfig(backend="memory")))
-    worst = 0.0
+@pytest.mark.parametrize(
+    ("turns", "bound"),
+    [
+        (0, 0.4),  # the first request: 0.4 of itself
+        (7, 0.05),  # the 8th: 0.4 of an average request is 5% of the session
+        (19, 0.02),
+        (100, 0.015),  # never tighter than the ledger's own bound
+    ],
+)
+def test_the_free_step_bound_is_a_share_of_an_average_request(turns: int, bound: float) -> None:
+    from ctxwarden.pipeline.condenser import free_step_bound
+
+    assert free_step_bound(SessionState(turns=turns), PLANNER) == pytest.approx(bound)
+
+
+def _worst_excess_after_steps(path: Path, requests: float | None) -> float:
+    """The largest amount by which the session's cost so far exceeds exact's beyond the
+    default free-step bound (as a share of exact; negative: within it), read from its
+    ledger after each unforced compaction step of the bundled session ``path``, run
+    with ``free_step_deficit_requests=requests`` (the default: ``None``)."""
+    from ctxwarden.pipeline.condenser import free_step_bound
+
+    override = {} if requests is None else {"free_step_deficit_requests": requests}
+    engine = Engine(
+        EngineConfig(pipeline={"planner": override}, store=StoreConfig(backend="memory"))
+    )
+    planner = PlannerConfig()
+    worst = -1.0
     for wire, _ in session_requests(load_session(path)):
         report = engine.condense(wire, session="s").report
         if not report["new_replacements"] or report["forced_step"]:
             continue
         state = SessionState.decode(engine.store.get_state("local", "s"))
+        # the bound the step was judged by: the state counted this request since
+        bound = free_step_bound(replace(state, turns=state.turns - 1), planner)
         for style, exact in state.cum_exact.items():
-            worst = max(worst, (state.cum_sent[style] - exact) / exact)
+            worst = max(worst, (state.cum_sent[style] - exact) / exact - bound)
     return worst
-
-
-_BOUND = max(PlannerConfig().max_free_step_deficit, PlannerConfig().max_session_deficit)
 
 
 @pytest.mark.parametrize("path", bundled_sessions(), ids=lambda p: p.name[:40])
 def test_no_unforced_step_leaves_the_session_dearer_than_the_free_step_bound(path: Path) -> None:
-    assert _worst_deficit_after_steps(path, None) <= _BOUND
+    assert _worst_excess_after_steps(path, None) <= 1e-9
 
 
 def test_the_free_step_bound_binds_on_a_bundled_session() -> None:
     # without it, an early free step leaves a session about a tenth dearer until it pays
-    assert max(_worst_deficit_after_steps(p, 1.0) for p in bundled_sessions()) > _BOUND
+    assert max(_worst_excess_after_steps(p, 100.0) for p in bundled_sessions()) > 0.02

@@ -10,7 +10,7 @@ Cache-aware and deterministic:
    prompt-cache cost model: the step must save at least the floor, its expected saving
    over the coming turns must outweigh the cache rewrite, and it may not push the
    session's cost above exact by more than ``max_session_deficit`` (a step cheap enough
-   to count as free: by more than ``max_free_step_deficit``). When the pressure
+   to count as free: by more than :func:`free_step_bound`). When the pressure
    band reaches the soft or hard trigger a step is forced.
 4. Each adopted replacement's originals are stored and read back; a failure rolls that
    segment back alone. Frozen replacements whose artifact went missing are restored.
@@ -56,7 +56,7 @@ from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import CachePricing
 
-__all__ = ["CondenseOutcome", "Condenser", "fits_ledger", "step_is_free"]
+__all__ = ["CondenseOutcome", "Condenser", "fits_ledger", "free_step_bound", "step_is_free"]
 
 MAX_SENT_HASHES = MESSAGE_MEMO_LIMIT
 
@@ -442,8 +442,8 @@ class Condenser:
                 payback = extra / per_turn if per_turn > 0 else float("inf")
                 if payback > planner.free_payback_turns:
                     worst_payback = max(worst_payback, payback)
-                bound = (  # a larger step must fit the session's cost ledger closely
-                    planner.max_free_step_deficit
+                bound = (  # every step fits the session's cost ledger; a free one, looser
+                    free_step_bound(state, planner)
                     if step_is_free(extra, exact_cost, payback, state, planner)
                     else planner.max_session_deficit
                 )
@@ -619,7 +619,7 @@ def step_is_free(
     extra: float, exact_cost: float, payback: float, state: SessionState, planner: PlannerConfig
 ) -> bool:
     """Whether a step is held to the free-step bound of the session's cost ledger
-    (``max_free_step_deficit``) rather than the tight one: its extra cost this turn is at
+    (:func:`free_step_bound`) rather than the tight one: its extra cost this turn is at
     most ``free_step_cost`` of the exact request's, and it is not a second slow bet (one
     paying back in more than ``free_payback_turns``) while an earlier one is unpaid
     (``state.risk_until``). Two such bets at a session's end are what made sessions
@@ -627,6 +627,17 @@ def step_is_free(
     if extra > planner.free_step_cost * exact_cost:
         return False
     return payback <= planner.free_payback_turns or state.turns >= state.risk_until
+
+
+def free_step_bound(state: SessionState, planner: PlannerConfig) -> float:
+    """The deficit a free step may leave, as a share of the session's exact cost with
+    this request: ``free_step_deficit_requests`` of an average request so far (the
+    exact cost over ``state.turns + 1`` requests), never less than
+    ``max_session_deficit``. Early in a session, when no step fits the tight ledger,
+    one free step may still leave it dearer for a few turns, by a bounded amount
+    (uncapped, 11% at turn 8 of a corpus session); later the bound tightens to the
+    ledger's."""
+    return max(planner.max_session_deficit, planner.free_step_deficit_requests / (state.turns + 1))
 
 
 def fits_ledger(

@@ -86,14 +86,15 @@ class PlannerConfig(_Strict):
         ge=0,
         le=1,
         description="A step whose extra cost this turn is at most this share of the exact "
-        "request's cost needs no ledger margin.",
+        "request's cost is free: held to free_step_deficit_requests, not the tight "
+        "max_session_deficit.",
     )
     free_payback_turns: float = Field(
         1,
         ge=0,
         description="A free step that takes longer than this many turns to pay for itself "
-        "is a bet on the session going on: while one such bet is unpaid, another must fit "
-        "the ledger (two at a session's end could make it dearer than exact).",
+        "is a bet on the session going on: while one such bet is unpaid, another is not "
+        "free (two at a session's end could make it dearer than exact).",
     )
     risk_window: float = Field(
         2, ge=0, description="Turns at most that an unpaid slow step holds back the next."
@@ -102,15 +103,15 @@ class PlannerConfig(_Strict):
         0.015,
         ge=0,
         le=1,
-        description="Larger steps may not make the session dearer than exact by more.",
+        description="A step that is not free may not make the session dearer than exact "
+        "by more, were the session to end right after it.",
     )
-    max_free_step_deficit: float = Field(
-        0.05,
+    free_step_deficit_requests: float = Field(
+        0.4,
         ge=0,
-        le=1,
-        description="Nor may a free step by more than this, were the session to end right "
-        "after it: early in a session the exact cost so far is small, and one free step "
-        "could leave it dearer by a tenth until the step pays back.",
+        description="Nor may a free step by more than this share of one of the session's "
+        "average requests, were the session to end right after it (the bound shrinks as a "
+        "share of the session as it grows; it is never below max_session_deficit).",
     )
 
 
