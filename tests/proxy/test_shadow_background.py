@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 import pytest
 
-from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall, handlers
+from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall, canary_bucket, handlers
 from ctxwarden.proxy import app as proxy_app
 from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
 
@@ -251,26 +251,35 @@ async def test_canary_out_keeps_condense_then_relay(make_proxy: ProxyFactory) ->
     assert event["tokens_before"] > 0
 
 
+@pytest.mark.parametrize("how", ["header", "canary_out"])
 async def test_a_shadow_responses_continuation_gets_what_its_response_owes(
-    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate], how: str
 ) -> None:
     original = "line 1\nline 2 secret-alpha\nline 3"
     tools = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
     path = "/v1/responses"
-    async with make_proxy() as proxy:
+    # canary_out: the first request is in the canary (active), the continuation names a
+    # session outside it, so it takes the shadow-first path with answers owed
+    named = [f"run-{i}" for i in range(200)]
+    inside = next(s for s in named if canary_bucket(s) < 50)
+    outside = next(s for s in named if canary_bucket(s) >= 50)
+    first_headers = {"x-ctxwarden-session": inside} if how == "canary_out" else {}
+    headers = {"x-ctxwarden-session": outside} if how == "canary_out" else SHADOW
+    settings: dict[str, Any] = {"canary_percent": 50} if how == "canary_out" else {}
+    async with make_proxy(**settings) as proxy:
         ref = proxy.engine.store.put(proxy.tenant(KEY_A), original)
         calls = [ToolCall(RECALL_TOOL_NAME, {"ref": ref}, "call_recall_1"),
                  ToolCall("read", {"path": "a.py"}, "call_read_1")]  # fmt: skip
         proxy.fake.script(Reply(text="", tool_calls=calls))
         first_body = {"model": "gpt-4o", "input": f"see {ref}", "tools": tools}
-        status, first = await _post(proxy, orjson.dumps(first_body), path)
+        status, first = await _post(proxy, orjson.dumps(first_body), path, **first_headers)
         assert status == 200  # active: recall offered, its call hidden and owed
         gate = Gate(proxy, monkeypatch)
         opened.append(gate)
         given = [{"type": "function_call_output", "call_id": "call_read_1", "output": "ok"}]
         body = {"model": "gpt-4o", "input": given, "tools": tools,
                 "previous_response_id": orjson.loads(first)["id"]}  # fmt: skip
-        status, answer = await _post(proxy, orjson.dumps(body), path, **SHADOW)
+        status, answer = await _post(proxy, orjson.dumps(body), path, **headers)
         assert status == 200, answer  # the fake refuses a call left unanswered
         sent = proxy.fake.received[-1].json()
         assert [i["call_id"] for i in sent["input"]] == ["call_recall_1", "call_read_1"]
@@ -284,4 +293,5 @@ async def test_a_shadow_responses_continuation_gets_what_its_response_owes(
         event = proxy.recorder.events[-1]
     assert len(proxy.recorder.events) == 2
     assert event["mode"] == "shadow" and event["tokens_before"] > 0
+    assert event["rollout_reason"] == ("canary_out" if how == "canary_out" else "header")
     assert event["bytes_after"] == len(proxy.fake.received[-1].body)
