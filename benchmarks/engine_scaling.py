@@ -7,7 +7,7 @@ exchange, call ids made unique), sends it turn by turn through one ``Engine`` (m
 store) exactly as a proxy would, and prints the median and p95 condense time per band
 of history length.
 
-    .venv/bin/python benchmarks/engine_scaling.py [CORPUS_DIR] [--preset balanced]
+    .venv/bin/python benchmarks/engine_scaling.py [CORPUS_DIR] [--preset balanced] [--store sqlite]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,27 @@ def main() -> None:
     parser.add_argument("--source", default="minisweagent", help="session file name prefix")
     parser.add_argument("--sessions", type=int, default=12)
     parser.add_argument("--band", type=int, default=250, help="history length per row")
+    parser.add_argument(
+        "--store", choices=("memory", "sqlite"), default="memory",
+        help="sqlite: a fresh store file in a temporary directory (the default backend)",
+    )  # fmt: skip
     args = parser.parse_args()
     files = sorted(Path(args.corpus).glob(f"{args.source}*.json.gz"))[: args.sessions]
     model, messages = long_history(files)
-    engine = Engine(EngineConfig(preset=args.preset, store={"backend": "memory"}))
+    with tempfile.TemporaryDirectory() as data_dir:
+        engine = Engine(
+            EngineConfig(preset=args.preset, store={"backend": args.store}, data_dir=data_dir)
+        )
+        try:
+            _time(engine, model, messages, args.band, f"{args.preset}, {args.store} store", files)
+        finally:
+            engine.close()
+
+
+def _time(
+    engine: Engine, model: str, messages: list[dict[str, Any]], band_size: int, label: str,
+    files: list[Path],
+) -> None:  # fmt: skip
     engine.counter_for(engine.registry.lookup(model))  # the vocabulary loads untimed
     times: dict[int, list[float]] = {}
     for n in range(2, len(messages)):
@@ -62,13 +80,13 @@ def main() -> None:
         request = {"model": model, "messages": messages[:n]}
         started = time.perf_counter()
         engine.condense(request, session="long")
-        times.setdefault(n // args.band, []).append((time.perf_counter() - started) * 1000)
-    print(f"{args.preset}: {len(messages)} messages from {len(files)} sessions")
+        times.setdefault(n // band_size, []).append((time.perf_counter() - started) * 1000)
+    print(f"{label}: {len(messages)} messages from {len(files)} sessions")
     for band, values in sorted(times.items()):
         values.sort()
         p95 = values[int(0.95 * (len(values) - 1))]
         print(
-            f"  messages {band * args.band:5}-{(band + 1) * args.band - 1:<5} "
+            f"  messages {band * band_size:5}-{(band + 1) * band_size - 1:<5} "
             f"requests {len(values):4}  p50 {statistics.median(values):6.2f} ms  p95 {p95:6.2f} ms"
         )
 
