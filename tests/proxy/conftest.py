@@ -6,7 +6,7 @@ outlives its test.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -89,3 +89,13 @@ def make_proxy(fake: FakeUpstream) -> ProxyFactory:
 async def proxy(make_proxy: ProxyFactory) -> AsyncIterator[Proxy]:
     async with make_proxy() as p:
         yield p
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Any]]:
+    """Gates (:class:`tests.proxy.gate.Gate`) opened at teardown whatever happened (the
+    engine thread is joined then)."""
+    gates: list[Any] = []
+    yield gates
+    for gate in gates:
+        gate.open()

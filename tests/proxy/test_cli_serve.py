@@ -179,3 +179,12 @@ def test_an_unknown_config_key_is_called_one(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         settings_from_args(_args("--config", str(bad)), {})
     assert str(info.value) == f"{bad}: pipeline.mask.min_tokenz: unknown key"
+
+
+def test_the_engine_wait_comes_from_flag_or_environment_and_is_checked() -> None:
+    assert settings_from_args(_args(), {})[0].max_engine_wait == 1.0
+    env = {"CTXWARDEN_MAX_ENGINE_WAIT": "0"}  # no limit
+    assert settings_from_args(_args(), env)[0].max_engine_wait == 0.0
+    assert settings_from_args(_args("--max-engine-wait", "2.5"), env)[0].max_engine_wait == 2.5
+    with pytest.raises(ConfigError, match="max_engine_wait"):
+        settings_from_args(_args("--max-engine-wait", "-1"), {})

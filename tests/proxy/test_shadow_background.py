@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -23,6 +22,8 @@ import pytest
 from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall, canary_bucket, handlers
 from ctxwarden.proxy import app as proxy_app
 from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+from tests.proxy.gate import GATE_SECONDS, Gate
+from tests.proxy.gate import entered as _entered
 
 AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
 SHADOW = {"x-ctxwarden-mode": "shadow"}
@@ -34,38 +35,6 @@ CHAT = {
         {"role": "user", "content": "count the lines " + "and again " * 200},
     ],
 }
-GATE_SECONDS = 10.0
-
-
-class Gate:
-    """Holds every ``engine.condense`` call until :meth:`open` (at most
-    :data:`GATE_SECONDS`, so a failing test cannot hang the engine thread)."""
-
-    def __init__(self, proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
-        self._event = threading.Event()
-        self.entered = threading.Event()
-        self.calls = 0
-        condense = proxy.engine.condense
-
-        def gated(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            self.entered.set()
-            self._event.wait(GATE_SECONDS)
-            return condense(*args, **kwargs)
-
-        monkeypatch.setattr(proxy.engine, "condense", gated)
-
-    def open(self) -> None:
-        self._event.set()
-
-
-@pytest.fixture
-def opened() -> Iterator[list[Gate]]:
-    """Gates opened at teardown whatever happened (the engine thread is joined then)."""
-    gates: list[Gate] = []
-    yield gates
-    for gate in gates:
-        gate.open()
 
 
 async def _post(
@@ -76,11 +45,6 @@ async def _post(
         s.post(proxy.url + path, data=body, headers={**AUTH, **headers}) as r,
     ):
         return r.status, await r.read()
-
-
-async def _entered(gate: Gate) -> None:
-    """Wait (off-loop) until the engine thread is inside the gated condense."""
-    assert await asyncio.to_thread(gate.entered.wait, GATE_SECONDS)
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -45,6 +45,11 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
         "--max-owed-body-bytes)",
         None,
     ),
+    (
+        "--max-engine-wait",
+        "seconds a request waits for the engine thread; past it, sent as it came (0: no limit)",
+        1.0,
+    ),
     ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),
     ("--memo-mb", "estimated MB the memos keep together (0: none kept; default 768)", None),
     ("--log-level", "debug | info | warning | error", "info"),
@@ -145,6 +150,7 @@ def settings_from_args(
         max_body_bytes=values["--max-body-bytes"],
         max_owed_body_bytes=values["--max-owed-body-bytes"],
         max_owed_held_bytes=values["--max-owed-held-bytes"],
+        max_engine_wait=values["--max-engine-wait"],
         gc_interval=values["--gc-interval"],
         memo_mb=values["--memo-mb"],
     )

@@ -11,7 +11,8 @@ otherwise read it through its ``Content-Encoding`` (:mod:`ctxwarden.proxy.reques
 a body it cannot read is forwarded as sent) and parse (400 naming the JSON path when
 malformed; JSON that only the stdlib parser accepts, such as a lone surrogate escape,
 is forwarded as sent), condense on
-the engine thread, send the rewrite in active mode or the original bytes in shadow /
+the engine thread (a request it has not started within ``max_engine_wait`` goes out as
+it came: :mod:`.engine_wait`), send the rewrite in active mode or the original bytes in shadow /
 canary-out / fallback -> offer the recall tool when the outgoing request holds
 references or offers tools of its own (an agent: from its first turn, so its tool list
 never changes) -> relay. Any failure of ctxwarden itself sends the original bytes; only
@@ -48,6 +49,7 @@ from ctxwarden.config import Mode
 from ctxwarden.errors import MalformedRequest, StoreError
 from ctxwarden.proxy.bodies import DecodedBody
 from ctxwarden.proxy.dialects import DIALECTS
+from ctxwarden.proxy.engine_wait import run_within
 from ctxwarden.proxy.owed import (
     may_name_previous,
     names_owing,
@@ -297,17 +299,20 @@ async def _condense_one(
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
         job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant, quick)
         return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
-    loop = asyncio.get_running_loop()
+    wait = state.settings.max_engine_wait
     try:
-        outcome = await loop.run_in_executor(
-            state.executor,
+        ran, outcome = await run_within(
+            state.executor, wait,
             _condense_sync, state, parsed, api, session, wanted, server_mode, tenant,
         )  # fmt: skip
     except _Malformed as exc:
         if exc.decision.mode == "active":
             return _error(family, 400, f"malformed request: {exc.error}", param=exc.error.pointer)
         # shadow (a canary-out session too) is transparent: the upstream judges it
-        outcome = exc.decision, None, f"malformed request at {exc.error.pointer or '/'}"
+        where = f"malformed request at {exc.error.pointer or '/'}"
+        ran, outcome = True, (exc.decision, None, where)
+    if not ran or outcome is None:  # the engine thread is behind: sent as it came
+        outcome = quick, None, f"limit: engine thread busy for over {wait:g} s"
     decision, result, failure = outcome
     _note_decision(record, state, decision, parsed)
     if decision.key is not None and responses and stored(parsed):

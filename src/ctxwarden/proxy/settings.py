@@ -51,6 +51,9 @@ class ProxySettings:
     max_recall_calls: int = 8
     max_recall_bytes: int = 256 * 1024
     pool_size: int = 256
+    max_engine_wait: float = 1.0
+    """Seconds a request waits for the engine thread to start its condense; past it the
+    request is sent as it came (:mod:`ctxwarden.proxy.engine_wait`). 0: no limit."""
     gc_interval: float = 600.0
     """Seconds between store garbage collections (TTL and byte cap); 0: never (an
     operator runs ``ctxwarden store gc`` instead)."""
@@ -98,6 +101,10 @@ class ProxySettings:
         if not self.max_recall_rounds >= 0:
             raise ConfigError(
                 f"{self.max_recall_rounds} is not 0 (off) or more", "max_recall_rounds"
+            )
+        if not 0 <= self.max_engine_wait <= 3600:  # NaN too
+            raise ConfigError(
+                f"{self.max_engine_wait} is not 0 (no limit) to 3600 seconds", "max_engine_wait"
             )
         if self.memo_mb is not None and not 0 <= self.memo_mb <= 1024 * 1024:  # NaN too
             raise ConfigError(f"{self.memo_mb} is not 0 to 1048576 MB", "memo_mb")

@@ -1,0 +1,122 @@
+"""A request waits for the engine thread at most ``max_engine_wait`` seconds.
+
+A job that has not started by then never runs and its request goes out as it came; a
+job that has started is awaited to its end. The engine thread is held on an event
+here, so every ordering is deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+import pytest
+
+from ctxwarden.errors import ConfigError
+from ctxwarden.proxy import ProxySettings
+from ctxwarden.proxy.engine_wait import run_within
+from tests.proxy.conftest import ProxyFactory
+from tests.proxy.gate import Gate, entered
+from tests.proxy.test_shadow_background import CHAT, _post
+
+HOLD_SECONDS = 10.0
+
+
+@pytest.fixture
+def engine_thread() -> Iterator[ThreadPoolExecutor]:
+    executor = ThreadPoolExecutor(max_workers=1)
+    yield executor
+    executor.shutdown(wait=True)
+
+
+def _held(executor: ThreadPoolExecutor) -> tuple[threading.Event, threading.Event]:
+    """Occupy the executor's one thread until the returned ``release`` is set."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        release.wait(HOLD_SECONDS)
+
+    executor.submit(hold)
+    assert entered.wait(HOLD_SECONDS)
+    return entered, release
+
+
+async def test_a_job_that_cannot_start_in_time_is_dropped_and_never_runs(
+    engine_thread: ThreadPoolExecutor,
+) -> None:
+    _, release = _held(engine_thread)
+    ran: list[int] = []
+    assert await run_within(engine_thread, 0.05, ran.append, 1) == (False, None)
+    release.set()
+    await asyncio.to_thread(engine_thread.submit(lambda: None).result)  # the queue is done
+    assert ran == []
+
+
+async def test_a_job_that_started_is_awaited_past_the_limit(
+    engine_thread: ThreadPoolExecutor,
+) -> None:
+    started = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        threading.Event().wait(0.3)
+        return "done"
+
+    assert await run_within(engine_thread, 0.05, slow) == (True, "done")
+    assert started.is_set()
+
+
+async def test_no_limit_waits_and_errors_propagate(engine_thread: ThreadPoolExecutor) -> None:
+    _, release = _held(engine_thread)
+    asyncio.get_running_loop().call_later(0.1, release.set)
+    assert await run_within(engine_thread, 0, lambda: 7) == (True, 7)
+
+    def broken() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await run_within(engine_thread, 1.0, broken)
+
+
+async def test_a_cancelled_caller_drops_its_queued_job(engine_thread: ThreadPoolExecutor) -> None:
+    _, release = _held(engine_thread)
+    ran: list[int] = []
+    task = asyncio.create_task(run_within(engine_thread, 5.0, ran.append, 1))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    await asyncio.to_thread(engine_thread.submit(lambda: None).result)
+    assert ran == []
+
+
+async def test_a_request_behind_a_busy_engine_thread_goes_out_as_it_came(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+) -> None:
+    async with make_proxy(max_engine_wait=0.2) as proxy:
+        gate = Gate(proxy, monkeypatch)
+        opened.append(gate)
+        first = asyncio.create_task(_post(proxy, orjson.dumps(CHAT)))
+        await entered(gate)  # the first request's condense holds the engine thread
+        second = orjson.dumps({**CHAT, "messages": [*CHAT["messages"][:1],
+                               {"role": "user", "content": "another task"}]})  # fmt: skip
+        status, _ = await _post(proxy, second)
+        assert status == 200
+        assert proxy.fake.received[-1].body == second  # the bytes it came with
+        event = proxy.recorder.events[-1]
+        assert event["fallback_reason"] == "proxy: limit: engine thread busy for over 0.2 s"
+        assert event["level"] == "error" and "tokens_before" not in event
+        gate.open()
+        assert (await first)[0] == 200
+    assert gate.calls == 1  # the second request's condense never ran
+
+
+@pytest.mark.parametrize("wait", [-1.0, float("nan"), 4000.0])
+def test_max_engine_wait_is_checked(wait: float) -> None:
+    with pytest.raises(ConfigError, match="max_engine_wait"):
+        ProxySettings(max_engine_wait=wait)
