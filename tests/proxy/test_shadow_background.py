@@ -204,17 +204,6 @@ async def test_a_shadow_backlog_skips_the_condense_not_the_request(
     assert events[1]["tokens_before"] > 0  # the first request's, emitted last
 
 
-async def test_canary_out_keeps_condense_then_relay(make_proxy: ProxyFactory) -> None:
-    # no session header: the side is decided on the engine thread, so the event is
-    # complete with the answer
-    async with make_proxy(canary_percent=0) as proxy:
-        assert (await _post(proxy, orjson.dumps(CHAT)))[0] == 200
-        assert not proxy.state.background
-        (event,) = proxy.recorder.events
-    assert (event["mode"], event["rollout_reason"]) == ("shadow", "canary_out")
-    assert event["tokens_before"] > 0
-
-
 @pytest.mark.parametrize("how", ["header", "canary_out"])
 async def test_a_shadow_responses_continuation_gets_what_its_response_owes(
     make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate], how: str

@@ -39,7 +39,7 @@ from ctxwarden.model.parts import (
 )
 from ctxwarden.model.render import render_conversation
 
-__all__ = ["ADAPTER", "parse", "render"]
+__all__ = ["ADAPTER", "is_model_item", "parse", "render"]
 
 _RESULT = SafetyClass.CONDENSABLE
 
@@ -87,6 +87,22 @@ _MODEL_ITEMS = frozenset(
     }
 )
 """Role-less input items the model produced (the assistant's turn)."""
+
+
+def is_model_item(value: Any) -> bool:
+    """Whether an input item parses to an assistant message (what :func:`_item` gives
+    ``role="assistant"``), without parsing it; ``False`` for a malformed item."""
+    if not isinstance(value, dict):
+        return False
+    kind = value.get("type")
+    if kind is None or kind == "message":
+        return value.get("role") == "assistant"
+    if kind in ("function_call", "custom_tool_call", "reasoning"):
+        return True
+    if kind in ("function_call_output", "custom_tool_call_output") or not isinstance(kind, str):
+        return False
+    role = value.get("role")
+    return role == "assistant" if isinstance(role, str) else kind in _MODEL_ITEMS
 
 
 def _item(value: Any, path: Path) -> Message:

@@ -24,11 +24,13 @@ and bodies over ``max_body_bytes`` included (:mod:`ctxwarden.proxy.owed`).
 Shadow work never delays the client: when the mode is shadow before condensing (the
 server mode, or an ``x-ctxwarden-mode: shadow`` header), the original is relayed at
 once while a tracked background task (:meth:`ProxyState.spawn`) condenses it for the
-event, which is emitted once both are done. So is a canary-out session the client
-names (``x-ctxwarden-session``: its bucket needs no parse). One without a name is
-shadow too, but its side is decided on the engine thread with the condense (bucketing
-parses the request, or reads the key remembered for the response it continues), so it
-keeps the order of an active request: condense, then relay.
+event, which is emitted once both are done. So is a session outside the canary: its
+side is told before its condense and off the engine thread, by the session the client
+names (``x-ctxwarden-session``), else by a key derived from the head of its history in
+a worker thread, or, for a Responses continuation, the key remembered for the response
+it continues (in this process's memory from the moment the client saw that id, else in
+the store). Only a request whose key cannot be derived there (one the engine cannot
+read) is bucketed on the engine thread, in the order of an active request.
 """
 
 from __future__ import annotations
@@ -78,7 +80,14 @@ from ctxwarden.proxy.request_bodies import (
     stdlib_load,
     stdlib_parses_object,
 )
-from ctxwarden.proxy.rollout import Decision, canary_key, canary_name, decide, header_mode
+from ctxwarden.proxy.rollout import (
+    Decision,
+    canary_head,
+    canary_key,
+    canary_name,
+    decide,
+    header_mode,
+)
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
 from ctxwarden.proxy.state import STATE, Hold, ProxyState, RequestRecord
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -296,14 +305,19 @@ async def _condense_one(
         return await relay(ex, raw, record)
     # recall answers a stored response the client continues still owes (see owed.py)
     owed = await owed_for(state, tenant, parsed) if responses else []
+    if _splits(state, session, wanted, server_mode):  # its canary side, off the engine thread
+        quick = await _canary_decision(state, parsed, api, wanted, server_mode, tenant, quick)
+    if quick.key is not None and responses and stored(parsed):
+        ex.canary = (tenant, quick.key)  # kept under the id of the answer (rollout.py)
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
         job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant, quick)
         return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
+    decided = quick if quick.reason == "canary_in" else None
     wait = state.settings.max_engine_wait
     try:
         ran, outcome = await run_within(
             state.executor, wait,
-            _condense_sync, state, parsed, api, session, wanted, server_mode, tenant,
+            _condense_sync, state, parsed, api, session, wanted, server_mode, tenant, decided,
         )  # fmt: skip
     except _Malformed as exc:
         if exc.decision.mode == "active":
@@ -587,8 +601,9 @@ def _condense_sync(
     wanted: Mode | None, server_mode: Mode, tenant: str, decided: Decision | None = None,
 ) -> tuple[Decision, Any, str | None]:  # fmt: skip
     """On the engine thread: decide the canary bucket, then condense (never raises
-    except :class:`_Malformed`). A shadow request passes the decision it was relayed
-    under as ``decided``: that one stands, whatever the kill switch says by now.
+    except :class:`_Malformed`). ``decided``: the decision made before the condense (a
+    shadow request's, relayed under it, which stands whatever the kill switch says by
+    now; or a canary-in request's, unless the kill switch came on since).
 
     A session without an ``x-ctxwarden-session`` header is bucketed by
     :func:`~ctxwarden.proxy.rollout.canary_key`, which its first turn shares with the
@@ -601,6 +616,8 @@ def _condense_sync(
         return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
                       canary_percent=100, session=None)  # fmt: skip
 
+    if decided is not None and decided.mode == "active" and state.kill_switch.engaged:
+        decided = None  # the kill switch came on since the side was told: it decides
     decision: Decision | None = decided
     try:
         if decision is None:
@@ -618,16 +635,45 @@ def _condense_sync(
         return decision or server_decision(), None, type(exc).__name__
 
 
+def _splits(state: ProxyState, session: str | None, wanted: Mode | None, server_mode: Mode) -> bool:
+    """Whether a request without a session header is split by the canary (by a key
+    :func:`_canary_key` derives)."""
+    return (
+        session is None and wanted is None and server_mode == "active"
+        and state.settings.canary_percent < 100 and not state.kill_switch.engaged
+    )  # fmt: skip
+
+
+async def _canary_decision(
+    state: ProxyState, parsed: dict[str, Any], api: str, wanted: Mode | None,
+    server_mode: Mode, tenant: str, quick: Decision,
+) -> Decision:  # fmt: skip
+    """The canary side of a request without a session header, told before its condense
+    and off the engine thread, so a request outside the canary never waits for that
+    thread: its key is the one remembered in memory for the response it continues, or
+    read from the store, or derived from the head of its history in a worker thread
+    (:func:`~ctxwarden.proxy.rollout.canary_head`). ``quick`` when the key cannot be
+    derived here (a request the engine cannot read): the engine thread then decides,
+    as before, and reports what it could not read."""
+    previous = parsed.get("previous_response_id") if api == "openai.responses" else None
+    key = state.canary_keys.get((tenant, previous)) if isinstance(previous, str) else None
+    if key is None:
+        try:
+            key = await asyncio.to_thread(_canary_key, state, parsed, api, tenant)
+        except Exception:  # malformed, or anything else: the engine thread's to judge
+            return quick
+    decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                      canary_percent=state.settings.canary_percent, session=key)  # fmt: skip
+    return dataclasses.replace(decision, key=key) if decision.bucket is not None else decision
+
+
 def _bucketed(
     state: ProxyState, parsed: dict[str, Any], api: str, session: str | None,
     wanted: Mode | None, server_mode: Mode, tenant: str,
 ) -> Decision:  # fmt: skip
     """The request's decision with its canary side (see :func:`_condense_sync`)."""
     key = session
-    bucketed = (
-        key is None and wanted is None and server_mode == "active"
-        and state.settings.canary_percent < 100 and not state.kill_switch.engaged
-    )  # fmt: skip
+    bucketed = _splits(state, session, wanted, server_mode)
     if bucketed:
         key = _canary_key(state, parsed, api, tenant)
     decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
@@ -638,11 +684,16 @@ def _bucketed(
 
 
 def _canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
-    """On the engine thread: the key a request without a session header is bucketed
-    by; for a Responses continuation the one remembered for the response it continues
-    (:mod:`.rollout`), else :func:`~ctxwarden.proxy.rollout.canary_key`."""
+    """In a worker thread or on the engine thread: the key a request without a session
+    header is bucketed by; for a Responses continuation the one remembered for the
+    response it continues (in memory, else in the store: :mod:`.rollout`), else
+    :func:`~ctxwarden.proxy.rollout.canary_key` of the head of its history (the same
+    key as of the whole, without parsing the rest). Raises what the parse raises."""
     previous = parsed.get("previous_response_id") if api == "openai.responses" else None
     if isinstance(previous, str) and previous:
+        remembered = state.canary_keys.get((tenant, previous))
+        if remembered is not None:
+            return remembered
         try:
             known = state.engine.store.get_state(tenant, canary_name(previous))
         except StoreError as exc:
@@ -653,7 +704,7 @@ def _canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str
                 return known.decode()
             except UnicodeDecodeError:
                 pass
-    return canary_key(state.engine.parse(parsed, api))
+    return canary_key(state.engine.parse(canary_head(parsed, api), api))
 
 
 def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:

@@ -94,12 +94,14 @@ class Exchange:
 
     def answered(self, response_id: Any) -> None:
         """The client was shown ``response_id``: keep the canary key under it (once; in
-        a tracked background task, so the answer waits for no store and a client that
-        leaves does not stop the write)."""
+        this process's memory at once, and in the store in a tracked background task,
+        so the answer waits for no store and a client that leaves does not stop the
+        write)."""
         if self.canary is None or not isinstance(response_id, str) or not response_id:
             return
         tenant, key = self.canary
         self.canary = None
+        self.state.remember_canary_key(tenant, response_id, key)
         self.state.spawn(_remember_canary(self.state, tenant, response_id, key))
 
     def open(self, body: Body, length: int | None = None) -> Any:

@@ -20,10 +20,14 @@ first turn would bucket apart from its later turns.
 
 A Responses request that continues a stored response (``previous_response_id``)
 carries no history to hash: its key is the one the request that got that response
-was bucketed by, which the proxy keeps in the tenant's store under the response id
-it answered with (:func:`canary_name`; only while a canary split is configured), so
-every turn of the session stays on one side. An id the proxy does not know falls back
-to :func:`canary_key` of the request.
+was bucketed by, which the proxy keeps under the response id it answered with, in
+memory the moment the client is shown that id and in the tenant's store for other
+replicas (:func:`canary_name`; only while a canary split is configured), so every
+turn of the session stays on one side. An id the proxy does not know falls back to
+:func:`canary_key` of the request.
+
+The key needs only the head of a history (:func:`canary_head`), so the proxy derives
+it off the engine thread and tells a request's side before condensing it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
+from ctxwarden.adapters.openai_responses import is_model_item
 from ctxwarden.config import Mode
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import TextPart
@@ -40,6 +46,7 @@ __all__ = [
     "Decision",
     "KillSwitch",
     "canary_bucket",
+    "canary_head",
     "canary_key",
     "canary_name",
     "decide",
@@ -112,6 +119,26 @@ def canary_key(conversation: Conversation) -> str:
             for text in message.text_parts():
                 h.update(tag + text.text.encode())
     return "c-" + h.hexdigest()
+
+
+def canary_head(request: dict[str, Any], api: str) -> dict[str, Any]:
+    """``request`` with its message list cut after the first item that parses to an
+    assistant message: all :func:`canary_key` reads of it, so that
+    ``canary_key(parse(canary_head(r)))`` equals ``canary_key(parse(r))`` whenever
+    ``r`` parses, at the cost of the head alone (the rest of a long history is not
+    parsed). A request without a list is returned as it is."""
+    key = "input" if api == "openai.responses" else "messages"
+    items = request.get(key)
+    if not isinstance(items, list):
+        return request
+    for i, item in enumerate(items):
+        if (
+            is_model_item(item)
+            if api == "openai.responses"
+            else isinstance(item, dict) and item.get("role") == "assistant"
+        ):
+            return {**request, key: items[: i + 1]}
+    return request
 
 
 _CANARY_PREFIX = "\x00ctxwarden-canary:"

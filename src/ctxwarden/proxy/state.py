@@ -96,6 +96,10 @@ class Hold:
         work.add_done_callback(give_back)
 
 
+CANARY_KEYS = 65_536
+"""Responses ids whose canary key :attr:`ProxyState.canary_keys` remembers at most (the
+oldest go first: their continuations then read the key from the store)."""
+
 OWING_TENANTS = 10_000
 """Tenants :attr:`ProxyState.owing_since` remembers at most (the oldest go first:
 only the fast path is lost, the store still answers)."""
@@ -139,6 +143,11 @@ class ProxyState:
     ``time.monotonic()`` before its last such write (at most :data:`OWING_TENANTS`,
     the least recently written dropped first): within the store's TTL of it the tenant
     is owing without asking the store (:func:`ctxwarden.proxy.owed.owing`)."""
+    canary_keys: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The canary key of each Responses id this process answered with, by tenant and
+    id (at most :data:`CANARY_KEYS`; written on the event loop when the id is shown to
+    the client, so a continuation this process receives finds it at once, before the
+    store write queued on ``executor`` lands; :mod:`ctxwarden.proxy.rollout`)."""
     owed_held: HeldBytes = field(init=False)
     """Bytes held for owed answers (``settings.max_owed_held_bytes``)."""
     owed_unsettled: Counter = field(init=False)
@@ -157,6 +166,14 @@ class ProxyState:
         )
         for reason in ("over_limit", "coding", "busy"):
             self.owed_unsettled.labels(reason)
+
+    def remember_canary_key(self, tenant: str, response_id: str, key: str) -> None:
+        """Keep ``key`` as the canary key of ``response_id`` (see :attr:`canary_keys`)."""
+        keys = self.canary_keys
+        keys.pop((tenant, response_id), None)
+        while len(keys) >= CANARY_KEYS:
+            del keys[next(iter(keys))]
+        keys[(tenant, response_id)] = key
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a tracked background task (see ``background``)."""

@@ -1,0 +1,165 @@
+"""A request outside the canary is relayed before its condense, with or without a
+session header: its side is told off the engine thread (a Responses continuation by
+the key remembered, in memory, for the response it continues), so it never waits for
+that thread. The engine thread is held on a gate here, so the orderings are
+deterministic: every answer below arrives while the gate is still closed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.adapters.openai_responses import is_model_item
+from ctxwarden.errors import MalformedRequest
+from ctxwarden.proxy import KillSwitch, Reply, ToolCall
+from ctxwarden.proxy.rollout import canary_head, canary_key, decide
+from tests.proxy.conftest import ProxyFactory
+from tests.proxy.gate import Gate, entered
+from tests.proxy.test_shadow_background import _post
+
+_ENGINE = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
+_TOOLS = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+
+
+def _out(request: dict[str, Any], api: str) -> bool:
+    """Whether ``request`` falls outside a 50% canary, bucketed by its own text."""
+    key = canary_key(_ENGINE.parse(request, api))
+    return decide(kill_switch=KillSwitch(), header=None, server_mode="active",
+                  canary_percent=50, session=key).mode == "shadow"  # fmt: skip
+
+
+_GIVEN: list[Any] = [{"type": "function_call_output", "call_id": "call_read_1", "output": "ok"}]
+
+
+def _chat_turn_outside() -> dict[str, Any]:
+    """A first Chat turn outside a 50% canary."""
+    for i in range(1000):
+        messages = [{"role": "system", "content": f"agent {i}"},
+                    {"role": "user", "content": "fix a.py"}]  # fmt: skip
+        request = {"model": "gpt-4o", "messages": messages}
+        if _out(request, "openai.chat"):
+            return request
+    raise AssertionError("no such request")
+
+
+def _responses_turns() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A first Responses turn outside a 50% canary, and its continuation (to be given
+    the first answer's id), which bucketed by its own text alone would be inside."""
+    for i in range(1000):
+        first = {"model": "gpt-4o", "instructions": f"agent {i}", "input": "fix a.py",
+                 "tools": _TOOLS}  # fmt: skip
+        later = {**first, "input": _GIVEN, "previous_response_id": "unknown"}
+        if _out(first, "openai.responses") and not _out(later, "openai.responses"):
+            return first, later
+    raise AssertionError("no such instructions")
+
+
+async def test_an_unnamed_chat_session_outside_the_canary_is_relayed_first(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+) -> None:
+    request = _chat_turn_outside()
+    async with make_proxy(canary_percent=50) as proxy:
+        gate = Gate(proxy, monkeypatch)
+        opened.append(gate)
+        status, _ = await _post(proxy, orjson.dumps(request))
+        assert status == 200
+        assert proxy.fake.received[-1].body == orjson.dumps(request)
+        await entered(gate)
+        assert proxy.recorder.events == []  # its condense still held: the answer came first
+        gate.open()
+        await proxy.state.drain()
+        (event,) = proxy.recorder.events
+    assert (event["mode"], event["rollout_reason"]) == ("shadow", "canary_out")
+    assert event["tokens_before"] > 0
+
+
+async def test_a_responses_continuation_outside_the_canary_keeps_its_side_at_once(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+) -> None:
+    first, later = _responses_turns()
+    path = "/v1/responses"
+    async with make_proxy(canary_percent=50) as proxy:
+        gate = Gate(proxy, monkeypatch)
+        opened.append(gate)
+        proxy.fake.script(
+            Reply(text="", tool_calls=[ToolCall("read", {"path": "a.py"}, "call_read_1")]),
+            Reply(text="done"),
+        )
+        status, answer = await _post(proxy, orjson.dumps(first), path)
+        assert status == 200
+        await entered(gate)  # the engine thread is held: the key's store write waits too
+        later["previous_response_id"] = orjson.loads(answer)["id"]
+        # bucketed by its own text, the continuation would be inside, condensed first
+        status, _ = await _post(proxy, orjson.dumps(later), path)
+        assert status == 200
+        assert proxy.recorder.events == []  # both condenses still held: neither waited
+        gate.open()
+        await proxy.state.drain()
+        reasons = [e["rollout_reason"] for e in proxy.recorder.events]
+    assert reasons == ["canary_out", "canary_out"]
+
+
+@pytest.mark.parametrize("api", ["openai.chat", "anthropic.messages", "openai.responses"])
+def test_the_head_of_a_history_gives_the_key_of_the_whole(api: str) -> None:
+    if api == "openai.responses":
+        items: list[Any] = [
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": "fix a.py"},
+            {"type": "reasoning", "summary": []},
+            {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "x"},
+            {"role": "user", "content": "and b.py"},
+        ]
+        request: dict[str, Any] = {"model": "m", "instructions": "agent", "input": items}
+        cut = 3
+    else:
+        first = "assistant"
+        items = [
+            {"role": "user", "content": "fix a.py"},
+            {"role": "user", "content": "quickly"},
+            {"role": first, "content": "ok"},
+            {"role": "user", "content": "and b.py"},
+        ]
+        request = {"model": "m", "messages": items, "max_tokens": 10}
+        if api == "openai.chat":
+            items.insert(0, {"role": "system", "content": "agent"})
+        else:
+            request["system"] = "agent"
+        cut = 4 if api == "openai.chat" else 3
+    head = canary_head(request, api)
+    key = "input" if api == "openai.responses" else "messages"
+    assert len(head[key]) == cut and head[key] == request[key][:cut]
+    assert canary_key(_ENGINE.parse(head, api)) == canary_key(_ENGINE.parse(request, api))
+    # a later user message does not change the key (it is past the first reply)
+    longer = {**request, key: [*request[key], {"role": "user", "content": "more"}]}
+    assert canary_key(_ENGINE.parse(canary_head(longer, api), api)) == canary_key(
+        _ENGINE.parse(request, api)
+    )
+
+
+_KINDS = st.sampled_from([None, "message", "function_call", "custom_tool_call", "reasoning",
+                          "function_call_output", "custom_tool_call_output", "computer_call",
+                          "web_search_call", "item_reference", "mcp_approval_response",
+                          "something_new"])  # fmt: skip
+_ROLES = st.sampled_from([None, "user", "assistant", "system", "developer", 3])
+
+
+@given(kind=_KINDS, role=_ROLES)
+def test_is_model_item_agrees_with_the_parse(kind: str | None, role: Any) -> None:
+    item: dict[str, Any] = {"content": "x", "call_id": "c1", "name": "read", "arguments": "{}",
+                            "output": "y", "input": "z", "summary": [], "id": "i1"}  # fmt: skip
+    if kind is not None:
+        item["type"] = kind
+    if role is not None:
+        item["role"] = role
+    try:
+        conversation = _ENGINE.parse({"model": "m", "input": [item]}, "openai.responses")
+    except MalformedRequest:
+        return  # the whole request is refused: the head's cut does not matter
+    assert is_model_item(item) is (conversation.messages[0].role == "assistant")
