@@ -72,6 +72,9 @@ def make_proxy(fake: FakeUpstream) -> ProxyFactory:
         options: dict[str, Any] = {
             "openai_upstream": fake.url,
             "anthropic_upstream": fake.url,
+            # no request is sent uncondensed for a slow engine thread (a busy CI machine)
+            # unless a test asks for it (tests/proxy/test_engine_wait.py)
+            "max_engine_wait": 0.0,
             **settings,
         }
         app = build_app(engine, ProxySettings(**options), sinks=[recorder], tenant_secret=SECRET)

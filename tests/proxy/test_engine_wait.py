@@ -8,6 +8,7 @@ here, so every ordering is deterministic.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ import orjson
 import pytest
 
 from ctxwarden.errors import ConfigError
-from ctxwarden.proxy import ProxySettings
+from ctxwarden.proxy import RECALL_TOOL_NAME, ProxySettings
 from ctxwarden.proxy.engine_wait import run_within
 from tests.proxy.conftest import ProxyFactory
 from tests.proxy.gate import Gate, entered
@@ -59,6 +60,7 @@ async def test_a_job_that_cannot_start_in_time_is_dropped_and_never_runs(
 async def test_a_job_that_started_is_awaited_past_the_limit(
     engine_thread: ThreadPoolExecutor,
 ) -> None:
+    await asyncio.to_thread(engine_thread.submit(lambda: None).result)  # its thread is up
     started = threading.Event()
 
     def slow() -> str:
@@ -110,9 +112,11 @@ async def test_a_request_behind_a_busy_engine_thread_goes_out_as_it_came(
         assert proxy.fake.received[-1].body == second  # the bytes it came with
         event = proxy.recorder.events[-1]
         assert event["fallback_reason"] == "proxy: limit: engine thread busy for over 0.2 s"
-        assert event["level"] == "error" and "tokens_before" not in event
+        assert event["level"] == "warning" and event["model"] == "gpt-4o"
+        assert "tokens_before" not in event
         gate.open()
         assert (await first)[0] == 200
+        await asyncio.to_thread(proxy.state.executor.submit(lambda: None).result)  # queue done
     assert gate.calls == 1  # the second request's condense never ran
 
 
@@ -120,3 +124,48 @@ async def test_a_request_behind_a_busy_engine_thread_goes_out_as_it_came(
 def test_max_engine_wait_is_checked(wait: float) -> None:
     with pytest.raises(ConfigError, match="max_engine_wait"):
         ProxySettings(max_engine_wait=wait)
+
+
+async def test_an_agent_behind_a_busy_engine_thread_keeps_its_tool_list(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+) -> None:
+    # an agent gets the recall tool from its first turn on; a turn sent uncondensed
+    # gets it too, or the start of its cached prompt would change
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+    async with make_proxy(max_engine_wait=0.2) as proxy:
+        gate = Gate(proxy, monkeypatch)
+        opened.append(gate)
+        first = asyncio.create_task(_post(proxy, orjson.dumps(CHAT)))
+        await entered(gate)
+        agent = {**CHAT, "tools": tools}
+        assert (await _post(proxy, orjson.dumps(agent)))[0] == 200
+        sent = proxy.fake.received[-1].json()
+        assert [t["function"]["name"] for t in sent["tools"]] == ["read", RECALL_TOOL_NAME]
+        assert sent["messages"] == CHAT["messages"]
+        assert proxy.recorder.events[-1]["fallback_reason"].startswith("proxy: limit: engine")
+        gate.open()
+        assert (await first)[0] == 200
+
+
+async def test_a_job_raising_after_its_caller_left_logs_nothing(
+    engine_thread: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    entered_job, release = threading.Event(), threading.Event()
+
+    def late() -> None:
+        entered_job.set()
+        release.wait(HOLD_SECONDS)
+        raise ValueError("late")
+
+    task = asyncio.create_task(run_within(engine_thread, 5.0, late))
+    assert await asyncio.to_thread(entered_job.wait, HOLD_SECONDS)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    del task
+    release.set()
+    await asyncio.to_thread(engine_thread.submit(lambda: None).result)
+    await asyncio.sleep(0.05)
+    gc.collect()  # an unread exception is logged when its future is collected
+    await asyncio.sleep(0.05)
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

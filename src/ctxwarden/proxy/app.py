@@ -127,14 +127,15 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _collect_garbage(state: ProxyState) -> None:
-    """Every ``gc_interval`` seconds, drop expired and over-cap artifacts and states on
-    the engine thread (the store's connection lives there); a failure is logged and
-    the next round tries again."""
+    """Every ``gc_interval`` seconds, drop expired and over-cap artifacts and states, in
+    the store-read pool (every backend is safe across threads), not on the engine
+    thread, where a long round would make requests wait past ``max_engine_wait`` and
+    go out uncondensed; a failure is logged and the next round tries again."""
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(state.settings.gc_interval)
         try:
-            dropped = await loop.run_in_executor(state.executor, state.engine.store.gc)
+            dropped = await loop.run_in_executor(state.store_reads, state.engine.store.gc)
         except Exception as exc:
             _log.error("store gc failed: %s", type(exc).__name__)
         else:
@@ -142,13 +143,18 @@ async def _collect_garbage(state: ProxyState) -> None:
 
 
 def _warm_up(engine: Engine) -> None:
-    """Load the tokenizer before the first request instead of during it."""
+    """Load the tokenizer before the first request instead of during it, and open the
+    store (here, once: the engine thread and the store-read pool both use it)."""
     try:
         request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "warm up"}]}
         conversation = engine.parse(request, "openai.chat")
         engine.counter_for(engine.registry.lookup("gpt-4o")).count_conversation(conversation)
     except Exception as exc:  # a cold start is slower, not broken
         _log.warning("warm-up failed: %s", type(exc).__name__)
+    try:
+        _ = engine.store
+    except Exception as exc:  # opened on first use instead; /readyz reports it
+        _log.error("store failed to open: %s", type(exc).__name__)
 
 
 def _probe_store(engine: Engine) -> None:
@@ -164,9 +170,10 @@ async def _readyz(request: web.Request) -> web.Response:
     problems = []
     if state.upstream is None or state.upstream.session.closed:
         problems.append("upstream client")
-    try:  # one key lookup: the store answers (stats would walk the whole store)
+    try:  # one key lookup: the store answers (stats would walk the whole store); in the
+        # store-read pool, so the probe never waits behind a condense
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(state.executor, _probe_store, state.engine)
+        await loop.run_in_executor(state.store_reads, _probe_store, state.engine)
     except Exception as exc:
         _log.error("readiness: store failed: %s", type(exc).__name__)
         problems.append("store")

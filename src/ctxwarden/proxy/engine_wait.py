@@ -9,8 +9,9 @@ has started is awaited to its end, since its condense is already under way and i
 session state is written by it.
 
 A dropped request leaves its session's state as it was, so the next request is
-planned as if this one had not been seen: its frozen replacements come back, which
-costs that session one prompt-cache rewrite, as any fallback does.
+planned as if this one had not been seen (its cost is missing from the session's
+ledger): its frozen replacements come back, which costs that session one prompt-cache
+rewrite from the first of them.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ async def run_within(
         return True, fn(*args)
 
     future = asyncio.get_running_loop().run_in_executor(executor, job)
+    # a caller cancelled while the job ran leaves its outcome unread: read it here, so
+    # that asyncio does not log "exception was never retrieved" for it
+    future.add_done_callback(lambda done: done.cancelled() or done.exception())
     if not limit:
         return await future
     try:

@@ -325,22 +325,31 @@ async def _condense_one(
         # shadow (a canary-out session too) is transparent: the upstream judges it
         where = f"malformed request at {exc.error.pointer or '/'}"
         ran, outcome = True, (exc.decision, None, where)
-    if not ran or outcome is None:  # the engine thread is behind: sent as it came
-        outcome = quick, None, f"limit: engine thread busy for over {wait:g} s"
-    decision, result, failure = outcome
+    dropped = not ran or outcome is None  # (None only when dropped: for the type)
+    if dropped or outcome is None:  # the engine thread is behind: sent uncondensed
+        decision, result, failure = quick, None, None
+        record.level = "warning"  # a load signal, counted as a limit fallback
+        model = parsed.get("model")
+        record.set(fallback_reason=f"proxy: limit: engine thread busy for over {wait:g} s",
+                   fallbacks=1, model=model if isinstance(model, str) else None)  # fmt: skip
+    else:
+        decision, result, failure = outcome
     _note_decision(record, state, decision, parsed)
     if decision.key is not None and responses and stored(parsed):
         ex.canary = (tenant, decision.key)  # kept under the id of the answer (rollout.py)
-    if failure is not None or result is None:
+    if not dropped and (failure is not None or result is None):
         _note_failure(record, failure)
         if owed:
             ex.decoded = ex.server_decoded or decoded.coded
             return await relay(ex, orjson.dumps(settle(parsed, owed)), record)
         return await relay(ex, raw, record)
-    report = result.report
-    _report_fields(record, report)
+    # a dropped request goes on as one the engine left unchanged: an agent still gets
+    # the recall tool, so its tool list (the start of its cached prompt) never changes
+    report: dict[str, Any] = result.report if result is not None else {}
+    if result is not None:
+        _report_fields(record, report)
     out, outgoing = body, parsed
-    if decision.mode == "active" and report.get("rewritten"):
+    if decision.mode == "active" and result is not None and report.get("rewritten"):
         outgoing = result.request
         out = orjson.dumps(outgoing)
     if decision.mode == "active" and api == "anthropic.messages":

@@ -253,8 +253,8 @@ async def _answer(
             text = f"ctxwarden_recall: at most {limit} calls per turn"
             answers.append(RecallAnswer(call.call_id, text, False, "limit"))
             continue
-        answer = await loop.run_in_executor(
-            state.executor,
+        answer = await loop.run_in_executor(  # a store read: never behind a condense
+            state.store_reads,
             lambda c=call: answer_call(  # type: ignore[misc]
                 state.engine.recall, c, tenant=tenant, max_bytes=state.settings.max_recall_bytes
             ),

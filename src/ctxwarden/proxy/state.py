@@ -118,9 +118,10 @@ class ProxyState:
     set when done, and app cleanup drains them (:meth:`drain`), so none is destroyed
     pending.
 
-    ``store_reads`` runs the few store reads that must not wait behind a condense on
-    ``executor`` (whether a tenant owes recall answers: :func:`ctxwarden.proxy.owed.owing`);
-    every store backend is safe across threads.
+    ``store_reads`` runs the store work that must not wait behind a condense on
+    ``executor``: whether a tenant owes recall answers (:func:`ctxwarden.proxy.owed.owing`),
+    recall answers, the readiness probe and the periodic gc; every store backend is safe
+    across threads.
     """
 
     engine: Engine
