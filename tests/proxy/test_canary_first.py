@@ -11,14 +11,14 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxwarden import Engine, EngineConfig
 from ctxwarden.adapters.openai_responses import is_model_item
 from ctxwarden.errors import MalformedRequest
 from ctxwarden.proxy import KillSwitch, Reply, ToolCall
-from ctxwarden.proxy.rollout import canary_head, canary_key, decide
+from ctxwarden.proxy.rollout import canary_head, canary_key, decide, head_canary_key
 from tests.proxy.conftest import ProxyFactory
 from tests.proxy.gate import Gate, entered
 from tests.proxy.test_shadow_background import _post
@@ -163,3 +163,90 @@ def test_is_model_item_agrees_with_the_parse(kind: str | None, role: Any) -> Non
     except MalformedRequest:
         return  # the whole request is refused: the head's cut does not matter
     assert is_model_item(item) is (conversation.messages[0].role == "assistant")
+
+
+async def test_a_responses_request_the_engine_reads_is_relayed_under_any_canary(
+    make_proxy: ProxyFactory,
+) -> None:
+    # an item_reference lifts the pairing check of the whole list; the head alone, cut
+    # before it, would be refused: the key then comes from the whole
+    request = {"model": "gpt-4o", "input": [
+        {"role": "user", "content": "go on"},
+        {"type": "function_call_output", "call_id": "call_up", "output": "ok"},
+        {"role": "assistant", "content": "noted"},
+        {"type": "item_reference", "id": "msg_123"},
+        {"role": "user", "content": "next"},
+    ]}  # fmt: skip
+    for percent in (100, 50, 0):
+        async with make_proxy(canary_percent=percent) as proxy:
+            status, body = await _post(proxy, orjson.dumps(request), "/v1/responses")
+            await proxy.state.drain()
+        assert status == 200, (percent, body[:200])
+
+
+_TEXTS = st.sampled_from(["a", "b", "fix", ""])
+_ROLES_ANY = st.sampled_from(["user", "assistant", "system", "developer", "tool", "function", 3])
+_IDS = st.sampled_from(["c1", "c2"])
+
+
+def _chat_items() -> st.SearchStrategy[Any]:
+    part = st.fixed_dictionaries({"type": st.just("text"), "text": _TEXTS})
+    content = st.one_of(_TEXTS, st.none(), st.lists(part, max_size=2))
+    function = st.just({"name": "f", "arguments": "{}"})
+    call = st.fixed_dictionaries({"id": _IDS, "type": st.just("function"), "function": function})
+    calls = st.lists(call, min_size=1, max_size=2)
+    return st.one_of(
+        st.fixed_dictionaries({"role": _ROLES_ANY, "content": content}),
+        st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": _IDS, "content": _TEXTS}),
+        st.fixed_dictionaries(
+            {"role": st.just("assistant"), "content": st.none(), "tool_calls": calls}
+        ),
+    )
+
+
+def _anthropic_items() -> st.SearchStrategy[Any]:
+    text = st.fixed_dictionaries({"type": st.just("text"), "text": _TEXTS})
+    use = st.fixed_dictionaries(
+        {"type": st.just("tool_use"), "id": _IDS, "name": st.just("f"), "input": st.just({})}
+    )
+    result = st.fixed_dictionaries(
+        {"type": st.just("tool_result"), "tool_use_id": _IDS, "content": _TEXTS}
+    )
+    blocks = st.lists(st.one_of(text, use, result), max_size=3)
+    return st.fixed_dictionaries({"role": _ROLES_ANY, "content": st.one_of(_TEXTS, blocks)})
+
+
+def _responses_items() -> st.SearchStrategy[Any]:
+    def build(kind: Any, role: Any, call_id: str, text: str) -> dict[str, Any]:
+        item: dict[str, Any] = {"content": text, "call_id": call_id, "name": "f", "id": "i1",
+                                "arguments": "{}", "output": text, "summary": []}  # fmt: skip
+        if kind is not None:
+            item["type"] = kind
+        if role is not None:
+            item["role"] = role
+        return item
+
+    return st.builds(build, _KINDS, _ROLES, _IDS, _TEXTS)
+
+
+def _requests(api: str) -> st.SearchStrategy[dict[str, Any]]:
+    if api == "openai.chat":
+        chat = st.lists(_chat_items(), max_size=7)
+        return st.builds(lambda m: {"model": "m", "messages": m}, chat)
+    if api == "anthropic.messages":
+        anthropic = st.lists(_anthropic_items(), max_size=7)
+        return st.builds(lambda m, s: {"model": "m", "messages": m, "system": s}, anthropic, _TEXTS)
+    items = st.one_of(st.lists(_responses_items(), max_size=7), _TEXTS)
+    return st.builds(lambda i, s: {"model": "m", "input": i, "instructions": s}, items, _TEXTS)
+
+
+@pytest.mark.parametrize("api", ["openai.chat", "anthropic.messages", "openai.responses"])
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_the_key_from_the_head_is_the_key_of_the_whole(api: str, data: st.DataObject) -> None:
+    request = data.draw(_requests(api))
+    try:
+        whole = canary_key(_ENGINE.parse(request, api))
+    except MalformedRequest:
+        return  # refused whole: the proxy answers 400 or relays it, whatever its key
+    assert head_canary_key(_ENGINE.parse, request, api) == whole

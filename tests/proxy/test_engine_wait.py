@@ -169,3 +169,25 @@ async def test_a_job_raising_after_its_caller_left_logs_nothing(
     gc.collect()  # an unread exception is logged when its future is collected
     await asyncio.sleep(0.05)
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def test_a_request_dropped_after_the_kill_switch_came_on_goes_out_exact(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+) -> None:
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+    async with make_proxy(max_engine_wait=0.5) as proxy:
+        gate = Gate(proxy, monkeypatch)
+        opened.append(gate)
+        first = asyncio.create_task(_post(proxy, orjson.dumps(CHAT)))
+        await entered(gate)
+        agent = {**CHAT, "tools": tools}
+        task = asyncio.create_task(_post(proxy, orjson.dumps(agent)))
+        await asyncio.sleep(0.2)  # it waits for the engine thread
+        proxy.state.kill_switch.set(True, "test")
+        assert (await task)[0] == 200
+        sent = proxy.fake.received[-1].json()
+        event = proxy.recorder.events[-1]
+        gate.open()
+        assert (await first)[0] == 200
+    assert [t["function"]["name"] for t in sent["tools"]] == ["read"]  # no recall tool
+    assert (event["mode"], event["rollout_reason"]) == ("exact", "kill_switch")

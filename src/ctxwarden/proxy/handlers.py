@@ -82,10 +82,9 @@ from ctxwarden.proxy.request_bodies import (
 )
 from ctxwarden.proxy.rollout import (
     Decision,
-    canary_head,
-    canary_key,
     canary_name,
     decide,
+    head_canary_key,
     header_mode,
 )
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
@@ -327,6 +326,9 @@ async def _condense_one(
         ran, outcome = True, (exc.decision, None, where)
     dropped = not ran or outcome is None  # (None only when dropped: for the type)
     if dropped or outcome is None:  # the engine thread is behind: sent uncondensed
+        if state.kill_switch.engaged:  # came on meanwhile: exact, without the recall tool
+            quick = decide(kill_switch=state.kill_switch, header=wanted,
+                           server_mode=server_mode, canary_percent=100, session=None)  # fmt: skip
         decision, result, failure = quick, None, None
         record.level = "warning"  # a load signal, counted as a limit fallback
         model = parsed.get("model")
@@ -666,11 +668,16 @@ async def _canary_decision(
     as before, and reports what it could not read."""
     previous = parsed.get("previous_response_id") if api == "openai.responses" else None
     key = state.canary_keys.get((tenant, previous)) if isinstance(previous, str) else None
-    if key is None:
-        try:
-            key = await asyncio.to_thread(_canary_key, state, parsed, api, tenant)
-        except Exception:  # malformed, or anything else: the engine thread's to judge
-            return quick
+    loop = asyncio.get_running_loop()
+    try:
+        if key is None and isinstance(previous, str):  # a store read, in the store pool
+            key = await loop.run_in_executor(
+                state.store_reads, _remembered_key, state, parsed, api, tenant
+            )
+        if key is None:
+            key = await asyncio.to_thread(_derived_key, state, parsed, api)
+    except Exception:  # malformed, or anything else: the engine thread's to judge
+        return quick
     decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
                       canary_percent=state.settings.canary_percent, session=key)  # fmt: skip
     return dataclasses.replace(decision, key=key) if decision.bucket is not None else decision
@@ -693,27 +700,37 @@ def _bucketed(
 
 
 def _canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
-    """In a worker thread or on the engine thread: the key a request without a session
-    header is bucketed by; for a Responses continuation the one remembered for the
-    response it continues (in memory, else in the store: :mod:`.rollout`), else
-    :func:`~ctxwarden.proxy.rollout.canary_key` of the head of its history (the same
-    key as of the whole, without parsing the rest). Raises what the parse raises."""
+    """On the engine thread: the key a request without a session header is bucketed by
+    (:func:`_remembered_key`, else :func:`_derived_key`). Raises what the parse
+    raises."""
+    return _remembered_key(state, parsed, api, tenant) or _derived_key(state, parsed, api)
+
+
+def _remembered_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str | None:
+    """For a Responses continuation, the canary key remembered for the response it
+    continues: in this process's memory, else in the store (a blocking read); ``None``
+    for any other request, or an id the proxy does not know (:mod:`.rollout`)."""
     previous = parsed.get("previous_response_id") if api == "openai.responses" else None
-    if isinstance(previous, str) and previous:
-        remembered = state.canary_keys.get((tenant, previous))
-        if remembered is not None:
-            return remembered
-        try:
-            known = state.engine.store.get_state(tenant, canary_name(previous))
-        except StoreError as exc:
-            _log.error("could not read the canary key of a response: %s", exc)
-            known = None
-        if known:
-            try:
-                return known.decode()
-            except UnicodeDecodeError:
-                pass
-    return canary_key(state.engine.parse(canary_head(parsed, api), api))
+    if not isinstance(previous, str) or not previous:
+        return None
+    remembered = state.canary_keys.get((tenant, previous))
+    if remembered is not None:
+        return remembered
+    try:
+        known = state.engine.store.get_state(tenant, canary_name(previous))
+    except StoreError as exc:
+        _log.error("could not read the canary key of a response: %s", exc)
+        return None
+    try:
+        return known.decode() if known else None
+    except UnicodeDecodeError:
+        return None
+
+
+def _derived_key(state: ProxyState, parsed: dict[str, Any], api: str) -> str:
+    """The canary key of a request's own text, from the head of its history
+    (:func:`~ctxwarden.proxy.rollout.head_canary_key`); raises what the parse raises."""
+    return head_canary_key(state.engine.parse, parsed, api)
 
 
 def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:

@@ -200,14 +200,13 @@ async def relay(
         splitter = SSESplitter()
         try:
             async for chunk in upstream.content.iter_any():
-                await _write(out, chunk)
-                if not sse:
-                    continue
-                for event in splitter.feed(chunk):
+                # events first: a response's id is remembered before the client sees it
+                for event in splitter.feed(chunk) if sse else ():
                     if '"usage"' in event.data:
                         record.usage.observe(event.json())
                     if ex.canary is not None and '"response.created"' in event.data:
                         _created(ex, event.json())
+                await _write(out, chunk)
         except (aiohttp.ClientError, TimeoutError) as exc:
             error = translate_read_error(exc)
             record.set(error_type=type(error).__name__)

@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ctxwarden.adapters.openai_responses import is_model_item
 from ctxwarden.config import Mode
+from ctxwarden.errors import MalformedRequest
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import TextPart
 
@@ -50,6 +52,7 @@ __all__ = [
     "canary_key",
     "canary_name",
     "decide",
+    "head_canary_key",
     "header_mode",
 ]
 
@@ -139,6 +142,20 @@ def canary_head(request: dict[str, Any], api: str) -> dict[str, Any]:
         ):
             return {**request, key: items[: i + 1]}
     return request
+
+
+def head_canary_key(parse: Callable[[Any, str], Conversation], request: Any, api: str) -> str:
+    """``canary_key(parse(request, api))``, parsing only :func:`canary_head` of it when
+    that is accepted; when the head alone is refused and the whole may not be (a
+    Responses list whose ``item_reference`` lifts the pairing check of the whole), the
+    whole is parsed. Raises what ``parse(request, api)`` raises."""
+    head = canary_head(request, api) if isinstance(request, dict) else request
+    try:
+        return canary_key(parse(head, api))
+    except MalformedRequest:
+        if head is request:
+            raise
+        return canary_key(parse(request, api))
 
 
 _CANARY_PREFIX = "\x00ctxwarden-canary:"
