@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 import orjson
-from proxy_load import free_port, latencies, make_request, pct, wait_up
+from proxy_load import free_port, latencies, make_request, pct, running_fake, wait_up
 
 from ctxwarden import Engine, EngineConfig
 from ctxwarden.proxy.rollout import KillSwitch, canary_key, decide
@@ -78,15 +78,8 @@ async def main() -> None:
     args = parser.parse_args()
     base = make_request(args.size_kb, seed=11)
     inside, outside = on_side(base, True), on_side(base, False)
-    fake_port = free_port()
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "ctxwarden", "fake-upstream", "--port", str(fake_port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    fake_url = f"http://127.0.0.1:{fake_port}"
     trees = [("this", None)] + ([("old", args.old_src)] if args.old_src else [])
-    try:
-        await wait_up(fake_url + "/v1/models")
+    async with running_fake() as fake_url:
         with tempfile.TemporaryDirectory() as tmp:
             for _ in range(args.rounds):
                 for name, src in trees:
@@ -98,9 +91,6 @@ async def main() -> None:
                                 args.samples)  # fmt: skip
                     await added(f"{name} canary-out", src, split, outside, fake_url, Path(tmp),
                                 args.samples)  # fmt: skip
-    finally:
-        fake.send_signal(signal.SIGINT)
-        fake.wait(timeout=30)
 
 
 if __name__ == "__main__":

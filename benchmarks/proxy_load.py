@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,23 @@ async def wait_up(url: str) -> None:
                 pass
             await asyncio.sleep(0.05)
     raise RuntimeError(f"{url} did not start")
+
+
+@asynccontextmanager
+async def running_fake() -> AsyncIterator[str]:
+    """The bundled fake upstream in a process of its own, up; yields its URL."""
+    port = free_port()
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "ctxwarden", "fake-upstream", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_up(url + "/v1/models")
+        yield url
+    finally:
+        fake.send_signal(signal.SIGINT)
+        fake.wait(timeout=30)
 
 
 HEADERS = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json"}
@@ -183,21 +202,11 @@ async def main() -> None:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--modes", default="exact,active")
     args = parser.parse_args()
-    fake_port = free_port()
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "ctxwarden", "fake-upstream", "--port", str(fake_port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    fake_url = f"http://127.0.0.1:{fake_port}"
-    try:
-        await wait_up(fake_url + "/v1/models")
+    async with running_fake() as fake_url:
         with tempfile.TemporaryDirectory() as tmp:
             for mode in args.modes.split(","):
                 result = await run_mode(mode, args, fake_url, Path(tmp))
                 print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode(), flush=True)
-    finally:
-        fake.send_signal(signal.SIGINT)
-        fake.wait(timeout=30)
     print(f"cpus: {os.cpu_count()}  python: {sys.version.split()[0]}")
 
 

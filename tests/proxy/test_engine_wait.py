@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 
 import orjson
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from ctxwarden.errors import ConfigError
 from ctxwarden.proxy import RECALL_TOOL_NAME, ProxySettings
 from ctxwarden.proxy.engine_wait import run_within
-from tests.proxy.conftest import ProxyFactory
+from tests.proxy.conftest import Proxy, ProxyFactory
 from tests.proxy.gate import Gate, entered
 from tests.proxy.test_shadow_background import CHAT, _post
 
@@ -97,26 +98,42 @@ async def test_a_cancelled_caller_drops_its_queued_job(engine_thread: ThreadPool
     assert ran == []
 
 
+_READ = {"name": "read", "parameters": {"type": "object"}}
+_AGENT = {**CHAT, "tools": [{"type": "function", "function": _READ}]}
+
+
+@asynccontextmanager
+async def _engine_held(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+) -> AsyncIterator[Gate]:
+    """The engine thread held inside a first request's condense until the block ends
+    (then that request is answered)."""
+    gate = Gate(proxy, monkeypatch)
+    opened.append(gate)
+    first = asyncio.create_task(_post(proxy, orjson.dumps(CHAT)))
+    await entered(gate)
+    try:
+        yield gate
+    finally:
+        gate.open()
+        assert (await first)[0] == 200
+
+
 async def test_a_request_behind_a_busy_engine_thread_goes_out_as_it_came(
     make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
 ) -> None:
     async with make_proxy(max_engine_wait=0.2) as proxy:
-        gate = Gate(proxy, monkeypatch)
-        opened.append(gate)
-        first = asyncio.create_task(_post(proxy, orjson.dumps(CHAT)))
-        await entered(gate)  # the first request's condense holds the engine thread
-        second = orjson.dumps({**CHAT, "messages": [*CHAT["messages"][:1],
-                               {"role": "user", "content": "another task"}]})  # fmt: skip
-        status, _ = await _post(proxy, second)
-        assert status == 200
-        assert proxy.fake.received[-1].body == second  # the bytes it came with
-        event = proxy.recorder.events[-1]
-        assert event["fallback_reason"] == "proxy: limit: engine thread busy for over 0.2 s"
-        assert event["level"] == "warning" and event["model"] == "gpt-4o"
-        assert "tokens_before" not in event
-        gate.open()
-        assert (await first)[0] == 200
+        async with _engine_held(proxy, monkeypatch, opened) as gate:
+            second = orjson.dumps({**CHAT, "messages": [*CHAT["messages"][:1],
+                                   {"role": "user", "content": "another task"}]})  # fmt: skip
+            status, _ = await _post(proxy, second)
+            assert status == 200
+            assert proxy.fake.received[-1].body == second  # the bytes it came with
+            event = proxy.recorder.events[-1]
         await asyncio.to_thread(proxy.state.executor.submit(lambda: None).result)  # queue done
+    assert event["fallback_reason"] == "proxy: limit: engine thread busy for over 0.2 s"
+    assert event["level"] == "warning" and event["model"] == "gpt-4o"
+    assert "tokens_before" not in event
     assert gate.calls == 1  # the second request's condense never ran
 
 
@@ -131,20 +148,16 @@ async def test_an_agent_behind_a_busy_engine_thread_keeps_its_tool_list(
 ) -> None:
     # an agent gets the recall tool from its first turn on; a turn sent uncondensed
     # gets it too, or the start of its cached prompt would change
-    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
-    async with make_proxy(max_engine_wait=0.2) as proxy:
-        gate = Gate(proxy, monkeypatch)
-        opened.append(gate)
-        first = asyncio.create_task(_post(proxy, orjson.dumps(CHAT)))
-        await entered(gate)
-        agent = {**CHAT, "tools": tools}
-        assert (await _post(proxy, orjson.dumps(agent)))[0] == 200
+    async with (
+        make_proxy(max_engine_wait=0.2) as proxy,
+        _engine_held(proxy, monkeypatch, opened),
+    ):
+        assert (await _post(proxy, orjson.dumps(_AGENT)))[0] == 200
         sent = proxy.fake.received[-1].json()
-        assert [t["function"]["name"] for t in sent["tools"]] == ["read", RECALL_TOOL_NAME]
-        assert sent["messages"] == CHAT["messages"]
-        assert proxy.recorder.events[-1]["fallback_reason"].startswith("proxy: limit: engine")
-        gate.open()
-        assert (await first)[0] == 200
+        event = proxy.recorder.events[-1]
+    assert [t["function"]["name"] for t in sent["tools"]] == ["read", RECALL_TOOL_NAME]
+    assert sent["messages"] == CHAT["messages"]
+    assert event["fallback_reason"].startswith("proxy: limit: engine")
 
 
 async def test_a_job_raising_after_its_caller_left_logs_nothing(
@@ -174,20 +187,15 @@ async def test_a_job_raising_after_its_caller_left_logs_nothing(
 async def test_a_request_dropped_after_the_kill_switch_came_on_goes_out_exact(
     make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
 ) -> None:
-    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
-    async with make_proxy(max_engine_wait=0.5) as proxy:
-        gate = Gate(proxy, monkeypatch)
-        opened.append(gate)
-        first = asyncio.create_task(_post(proxy, orjson.dumps(CHAT)))
-        await entered(gate)
-        agent = {**CHAT, "tools": tools}
-        task = asyncio.create_task(_post(proxy, orjson.dumps(agent)))
+    async with (
+        make_proxy(max_engine_wait=0.5) as proxy,
+        _engine_held(proxy, monkeypatch, opened),
+    ):
+        task = asyncio.create_task(_post(proxy, orjson.dumps(_AGENT)))
         await asyncio.sleep(0.2)  # it waits for the engine thread
         proxy.state.kill_switch.set(True, "test")
         assert (await task)[0] == 200
         sent = proxy.fake.received[-1].json()
         event = proxy.recorder.events[-1]
-        gate.open()
-        assert (await first)[0] == 200
     assert [t["function"]["name"] for t in sent["tools"]] == ["read"]  # no recall tool
     assert (event["mode"], event["rollout_reason"]) == ("exact", "kill_switch")
