@@ -199,3 +199,21 @@ async def test_a_request_dropped_after_the_kill_switch_came_on_goes_out_exact(
         event = proxy.recorder.events[-1]
     assert [t["function"]["name"] for t in sent["tools"]] == ["read"]  # no recall tool
     assert (event["mode"], event["rollout_reason"]) == ("exact", "kill_switch")
+
+
+async def test_a_stale_shadow_condense_is_skipped(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+) -> None:
+    # a shadow request is answered at once; its condense, still queued past the limit,
+    # is stale work that would only delay what is queued behind it
+    async with make_proxy(max_engine_wait=0.2) as proxy:
+        async with _engine_held(proxy, monkeypatch, opened) as gate:
+            shadow = {"x-ctxwarden-mode": "shadow"}
+            assert (await _post(proxy, orjson.dumps(_AGENT), **shadow))[0] == 200
+            await asyncio.sleep(0.4)
+        await proxy.state.drain()
+        event = proxy.recorder.events[0]  # the shadow request's, emitted first
+    assert (event["mode"], event["rollout_reason"]) == ("shadow", "header")
+    assert event["fallback_reason"] == "proxy: limit: engine thread busy for over 0.2 s"
+    assert event["level"] == "warning" and "tokens_before" not in event
+    assert gate.calls == 1  # its condense never ran

@@ -556,17 +556,27 @@ async def _shadow_first(
 async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _ShadowJob) -> None:
     """A shadow request's condense: fills in ``record`` (the rollout decision and the
     engine's report) and nothing else; never raises except when cancelled, so what
-    the engine does, fails or returns never reaches the client."""
-    loop = asyncio.get_running_loop()
+    the engine does, fails or returns never reaches the client. One that has not
+    started within ``max_engine_wait`` is skipped: stale work that would only delay
+    the requests queued behind it (its event says so, without token figures)."""
+    wait = state.settings.max_engine_wait
     try:
         try:
-            decision, result, failure = await loop.run_in_executor(
-                state.executor, _condense_sync, state, job.parsed, job.api, job.session,
+            ran, outcome = await run_within(
+                state.executor, wait, _condense_sync, state, job.parsed, job.api, job.session,
                 job.wanted, job.server_mode, job.tenant, job.decision,
             )  # fmt: skip
         except _Malformed as exc:  # forwarded as sent: the upstream judges it
-            decision, result = exc.decision, None
-            failure = f"malformed request at {exc.error.pointer or '/'}"
+            ran, outcome = (
+                True,
+                (exc.decision, None, f"malformed request at {exc.error.pointer or '/'}"),
+            )
+        if not ran or outcome is None:
+            record.level = "warning"
+            record.set(fallback_reason=f"proxy: limit: engine thread busy for over {wait:g} s",
+                       fallbacks=1)  # fmt: skip
+            return
+        decision, result, failure = outcome
         _note_decision(record, state, decision, job.parsed)
         if failure is not None or result is None:
             _note_failure(record, failure)
