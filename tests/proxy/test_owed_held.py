@@ -74,6 +74,19 @@ async def test_an_over_cap_body_does_not_wait_for_a_condense(make_proxy: ProxyFa
         assert _outputs(items) == {"call_recall_1": ORIGINAL, "call_read_1": "print()"}
 
 
+async def test_owed_answers_are_written_without_the_engine_thread(
+    make_proxy: ProxyFactory,
+) -> None:
+    """The answer that waits for its owed items to be kept does not wait for a condense."""
+    async with make_proxy() as proxy:
+        items = [{"type": "function_call_output", "call_id": "c1", "output": "x"}]
+        kept, took = await _while_the_engine_is_busy(
+            proxy, owed.remember(proxy.state, "t", "resp_1", items)
+        )
+        assert kept and took < _ENGINE_BUSY / 2, took
+        assert await owed.owed_for(proxy.state, "t", {"previous_response_id": "resp_1"})
+
+
 async def test_a_mark_another_replica_wrote_is_seen(make_proxy: ProxyFactory) -> None:
     """The store stays the source of truth: a proxy that did not write the owed items
     (another replica sharing the store) still settles the continuation."""

@@ -114,7 +114,9 @@ async def remember(state: ProxyState, tenant: str, response_id: Any, items: list
     The tenant's mark (:func:`owing`) is written first, then the items, then the mark
     again: a failed first write leaves nothing, a failed later one leaves the mark
     written before the items, so items never exist without a mark, and the last write
-    of the mark (after the items) makes it outlive them."""
+    of the mark (after the items) makes it outlive them. The writes run in the store
+    pool (``state.store_reads``), so the answer that waits for them never waits behind
+    a condense on the engine thread."""
     if not items or not isinstance(response_id, str) or not response_id:
         return True
     data = orjson.dumps(items)
@@ -129,7 +131,7 @@ async def remember(state: ProxyState, tenant: str, response_id: Any, items: list
     began = time.monotonic()
     loop = asyncio.get_running_loop()
     try:
-        await loop.run_in_executor(state.executor, put)
+        await loop.run_in_executor(state.store_reads, put)  # never behind a condense
     except StoreError as exc:
         _log.error("could not keep the recall answers a response owes: %s", exc)
         return False

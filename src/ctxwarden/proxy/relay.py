@@ -116,8 +116,8 @@ async def _remember_canary(state: ProxyState, tenant: str, response_id: str, key
     loop = asyncio.get_running_loop()
     name = canary_name(response_id)
     try:
-        await loop.run_in_executor(
-            state.executor, state.engine.store.put_state, tenant, name, key.encode()
+        await loop.run_in_executor(  # in the store pool: not behind a condense
+            state.store_reads, state.engine.store.put_state, tenant, name, key.encode()
         )
     except StoreError as exc:  # the continuation is bucketed by its own text then
         _log.error("could not keep the canary key of a response: %s", exc)

@@ -119,8 +119,9 @@ class ProxyState:
     pending.
 
     ``store_reads`` runs the store work that must not wait behind a condense on
-    ``executor``: whether a tenant owes recall answers (:func:`ctxwarden.proxy.owed.owing`),
-    recall answers, the readiness probe and the periodic gc; every store backend is safe
+    ``executor``: whether a tenant owes recall answers and the writing of them
+    (:mod:`ctxwarden.proxy.owed`), recall answers, the canary keys kept for other
+    replicas, the readiness probe and the periodic gc; every store backend is safe
     across threads.
     """
 
@@ -148,7 +149,7 @@ class ProxyState:
     """The canary key of each Responses id this process answered with, by tenant and
     id (at most :data:`CANARY_KEYS`; written on the event loop when the id is shown to
     the client, so a continuation this process receives finds it at once, before the
-    store write queued on ``executor`` lands; :mod:`ctxwarden.proxy.rollout`)."""
+    store write, for other replicas, lands; :mod:`ctxwarden.proxy.rollout`)."""
     owed_held: HeldBytes = field(init=False)
     """Bytes held for owed answers (``settings.max_owed_held_bytes``)."""
     owed_unsettled: Counter = field(init=False)
