@@ -91,7 +91,9 @@ _MODEL_ITEMS = frozenset(
 
 def is_model_item(value: Any) -> bool:
     """Whether an input item parses to an assistant message (what :func:`_item` gives
-    ``role="assistant"``), without parsing it; ``False`` for a malformed item."""
+    ``role="assistant"``), without parsing or validating it: an item of an assistant
+    type with bad fields still answers ``True`` (its parse refuses it); a value that is
+    not an object answers ``False``."""
     if not isinstance(value, dict):
         return False
     kind = value.get("type")

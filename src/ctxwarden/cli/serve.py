@@ -47,7 +47,7 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ),
     (
         "--max-engine-wait",
-        "seconds a request waits for the engine thread; past it, sent as it came (0: no limit)",
+        "seconds a request waits for the engine thread; past it, sent uncondensed (0: no limit)",
         1.0,
     ),
     ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),

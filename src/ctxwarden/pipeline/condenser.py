@@ -454,7 +454,7 @@ class Condenser:
                 best_cut, best_net, best_payback = message_index, worst, worst_payback
         if best_cut is None:
             return {}
-        if best_payback > 0:  # a slow bet: the next one must fit the ledger until it pays
+        if best_payback > 0:  # a slow bet: the next one is not free until this one pays
             window = min(best_payback, expected, planner.risk_window)
             state.risk_until = state.turns + math.ceil(window)
         return {

@@ -56,7 +56,7 @@ class SessionState:
     cum_sent: dict[str, float] = field(default_factory=dict)
     risk_until: int = 0
     """Turn until which an earlier step that pays back slowly is still unpaid: until
-    then a further such step must fit the cost ledger."""
+    then a further such step is not free (it must fit ``max_session_deficit``)."""
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {

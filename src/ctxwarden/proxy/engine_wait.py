@@ -4,14 +4,14 @@ One engine thread condenses every request, in arrival order. When it falls behin
 burst, a pathological request that takes long to condense), every request queued
 behind it would wait. :func:`run_within` bounds that wait: a job that has not
 *started* within ``limit`` seconds is dropped (it never runs; the caller sends the
-request as it came, which is what it would have sent without the proxy). A job that
-has started is awaited to its end, since its condense is already under way and its
-session state is written by it.
+request uncondensed, an agent's still with the recall tool, as any request the engine
+left unchanged). A job that has started is awaited to its end, since its condense is
+already under way and its session state is written by it.
 
-A dropped request leaves its session's state as it was, so the next request is
-planned as if this one had not been seen (its cost is missing from the session's
-ledger): its frozen replacements come back, which costs that session one prompt-cache
-rewrite from the first of them.
+A dropped request leaves its session's state as it was (its cost is missing from the
+session's ledger). Sent without the session's frozen replacements, it pays one
+prompt-cache rewrite from the first of them; the next request, planned as if it had
+not been seen, applies them again.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ event, which is emitted once both are done. So is a session outside the canary: 
 side is told before its condense and off the engine thread, by the session the client
 names (``x-ctxwarden-session``), else by a key derived from the head of its history in
 a worker thread, or, for a Responses continuation, the key remembered for the response
-it continues (in this process's memory from the moment the client saw that id, else in
-the store). Only a request whose key cannot be derived there (one the engine cannot
+it continues (in this process's memory by the time the answer carrying that id ends,
+else in the store). Only a request whose key cannot be derived there (one the engine cannot
 read) is bucketed on the engine thread, in the order of an active request.
 """
 
@@ -391,7 +391,8 @@ def _quick_decision(
     """The mode as far as it is known before reading the body: the kill switch, the
     mode header, the server mode, and the canary side of a session the client named
     (bucketed by its name, as on the engine thread). A canary-out session without a
-    name stays ``active`` here: its side is told on the engine thread."""
+    name stays ``active`` here: its side is told by :func:`_canary_decision`, off the
+    engine thread."""
     quick = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
                    canary_percent=100, session=None)  # fmt: skip
     if quick.mode != "active" or quick.reason != "server" or session is None:

@@ -21,10 +21,10 @@ first turn would bucket apart from its later turns.
 A Responses request that continues a stored response (``previous_response_id``)
 carries no history to hash: its key is the one the request that got that response
 was bucketed by, which the proxy keeps under the response id it answered with, in
-memory the moment the client is shown that id and in the tenant's store for other
-replicas (:func:`canary_name`; only while a canary split is configured), so every
-turn of the session stays on one side. An id the proxy does not know falls back to
-:func:`canary_key` of the request.
+memory by the time the answer carrying that id ends (before the client can continue
+it) and in the tenant's store for other replicas (:func:`canary_name`; only while a
+canary split is configured), so every turn of the session stays on one side. An id
+the proxy does not know falls back to :func:`canary_key` of the request.
 
 The key needs only the head of a history (:func:`canary_head`), so the proxy derives
 it off the engine thread and tells a request's side before condensing it.
@@ -128,7 +128,8 @@ def canary_head(request: dict[str, Any], api: str) -> dict[str, Any]:
     """``request`` with its message list cut after the first item that parses to an
     assistant message: all :func:`canary_key` reads of it, so that
     ``canary_key(parse(canary_head(r)))`` equals ``canary_key(parse(r))`` whenever
-    ``r`` parses, at the cost of the head alone (the rest of a long history is not
+    both parse (:func:`head_canary_key` parses the whole when only the head is
+    refused), at the cost of the head alone (the rest of a long history is not
     parsed). A request without a list is returned as it is."""
     key = "input" if api == "openai.responses" else "messages"
     items = request.get(key)

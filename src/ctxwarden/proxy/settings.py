@@ -53,7 +53,7 @@ class ProxySettings:
     pool_size: int = 256
     max_engine_wait: float = 1.0
     """Seconds a request waits for the engine thread to start its condense; past it the
-    request is sent as it came (:mod:`ctxwarden.proxy.engine_wait`). 0: no limit."""
+    request is sent uncondensed (:mod:`ctxwarden.proxy.engine_wait`). 0: no limit."""
     gc_interval: float = 600.0
     """Seconds between store garbage collections (TTL and byte cap); 0: never (an
     operator runs ``ctxwarden store gc`` instead)."""
