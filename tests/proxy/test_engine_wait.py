@@ -64,12 +64,12 @@ async def test_a_job_that_started_is_awaited_past_the_limit(
     await asyncio.to_thread(engine_thread.submit(lambda: None).result)  # its thread is up
     started = threading.Event()
 
-    def slow() -> str:
+    def slow() -> str:  # starts at once (an idle thread) and runs past the limit
         started.set()
-        threading.Event().wait(0.3)
+        threading.Event().wait(1.0)
         return "done"
 
-    assert await run_within(engine_thread, 0.05, slow) == (True, "done")
+    assert await run_within(engine_thread, 0.5, slow) == (True, "done")
     assert started.is_set()
 
 
