@@ -324,22 +324,20 @@ async def _condense_one(
         # shadow (a canary-out session too) is transparent: the upstream judges it
         where = f"malformed request at {exc.error.pointer or '/'}"
         ran, outcome = True, (exc.decision, None, where)
-    dropped = not ran or outcome is None  # (None only when dropped: for the type)
-    if dropped or outcome is None:  # the engine thread is behind: sent uncondensed
-        if state.kill_switch.engaged:  # came on meanwhile: exact, without the recall tool
-            quick = decide(kill_switch=state.kill_switch, header=wanted,
-                           server_mode=server_mode, canary_percent=100, session=None)  # fmt: skip
-        decision, result, failure = quick, None, None
+    if ran and outcome is not None:
+        decision, result, failure = outcome  # a result, or a failure that says why not
+    else:  # the engine thread is behind: sent uncondensed
+        # (the kill switch may have come on meanwhile: then exact, without the recall tool)
+        decision = _unsplit(state, wanted, server_mode) if state.kill_switch.engaged else quick
+        result, failure = None, None
         record.level = "warning"  # a load signal, counted as a limit fallback
         model = parsed.get("model")
         record.set(fallback_reason=f"proxy: limit: engine thread busy for over {wait:g} s",
                    fallbacks=1, model=model if isinstance(model, str) else None)  # fmt: skip
-    else:
-        decision, result, failure = outcome
     _note_decision(record, state, decision, parsed)
     if decision.key is not None and responses and stored(parsed):
         ex.canary = (tenant, decision.key)  # kept under the id of the answer (rollout.py)
-    if not dropped and (failure is not None or result is None):
+    if failure is not None:
         _note_failure(record, failure)
         if owed:
             ex.decoded = ex.server_decoded or decoded.coded
@@ -393,12 +391,10 @@ def _quick_decision(
     (bucketed by its name, as on the engine thread). A canary-out session without a
     name stays ``active`` here: its side is told by :func:`_canary_decision`, off the
     engine thread."""
-    quick = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                   canary_percent=100, session=None)  # fmt: skip
+    quick = _unsplit(state, wanted, server_mode)
     if quick.mode != "active" or quick.reason != "server" or session is None:
         return quick
-    named = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                   canary_percent=state.settings.canary_percent, session=session)  # fmt: skip
+    named = _split_by(state, wanted, server_mode, session)
     return named if named.mode == "shadow" else quick
 
 
@@ -634,10 +630,6 @@ def _condense_sync(
     settings = state.settings
     engine = state.engine
 
-    def server_decision() -> Decision:
-        return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                      canary_percent=100, session=None)  # fmt: skip
-
     if decided is not None and decided.mode == "active" and state.kill_switch.engaged:
         decided = None  # the kill switch came on since the side was told: it decides
     decision: Decision | None = decided
@@ -651,10 +643,10 @@ def _condense_sync(
                                  tenant=tenant)  # fmt: skip
         return decision, result, None
     except MalformedRequest as exc:
-        raise _Malformed(exc, decision or server_decision()) from exc
+        raise _Malformed(exc, decision or _unsplit(state, wanted, server_mode)) from exc
     except Exception as exc:  # ctxwarden must never fail a forwardable request
         _log.error("condense failed, sending the original: %s", type(exc).__name__)
-        return decision or server_decision(), None, type(exc).__name__
+        return decision or _unsplit(state, wanted, server_mode), None, type(exc).__name__
 
 
 def _splits(state: ProxyState, session: str | None, wanted: Mode | None, server_mode: Mode) -> bool:
@@ -677,21 +669,19 @@ async def _canary_decision(
     (:func:`~ctxwarden.proxy.rollout.canary_head`). ``quick`` when the key cannot be
     derived here (a request the engine cannot read): the engine thread then decides,
     as before, and reports what it could not read."""
-    previous = parsed.get("previous_response_id") if api == "openai.responses" else None
-    key = state.canary_keys.get((tenant, previous)) if isinstance(previous, str) else None
+    previous = _previous_id(parsed, api)
+    key = state.canary_keys.get((tenant, previous)) if previous else None
     loop = asyncio.get_running_loop()
     try:
-        if key is None and isinstance(previous, str):  # a store read, in the store pool
+        if key is None and previous:  # a store read, in the store pool
             key = await loop.run_in_executor(
-                state.store_reads, _remembered_key, state, parsed, api, tenant
+                state.store_reads, _stored_key, state, tenant, previous
             )
         if key is None:
             key = await asyncio.to_thread(_derived_key, state, parsed, api)
     except Exception:  # malformed, or anything else: the engine thread's to judge
         return quick
-    decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                      canary_percent=state.settings.canary_percent, session=key)  # fmt: skip
-    return dataclasses.replace(decision, key=key) if decision.bucket is not None else decision
+    return _keyed(_split_by(state, wanted, server_mode, key), key)
 
 
 def _bucketed(
@@ -699,15 +689,30 @@ def _bucketed(
     wanted: Mode | None, server_mode: Mode, tenant: str,
 ) -> Decision:  # fmt: skip
     """The request's decision with its canary side (see :func:`_condense_sync`)."""
-    key = session
-    bucketed = _splits(state, session, wanted, server_mode)
-    if bucketed:
-        key = _canary_key(state, parsed, api, tenant)
-    decision = decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                      canary_percent=state.settings.canary_percent, session=key)  # fmt: skip
-    if bucketed and decision.bucket is not None:
-        decision = dataclasses.replace(decision, key=key)
-    return decision
+    if not _splits(state, session, wanted, server_mode):
+        return _split_by(state, wanted, server_mode, session)
+    key = _canary_key(state, parsed, api, tenant)
+    return _keyed(_split_by(state, wanted, server_mode, key), key)
+
+
+def _unsplit(state: ProxyState, wanted: Mode | None, server_mode: Mode) -> Decision:
+    """The decision before any canary split: kill switch, mode header, server mode."""
+    return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                  canary_percent=100, session=None)  # fmt: skip
+
+
+def _split_by(
+    state: ProxyState, wanted: Mode | None, server_mode: Mode, key: str | None
+) -> Decision:
+    """The decision with the canary split applied to the session ``key``."""
+    return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
+                  canary_percent=state.settings.canary_percent, session=key)  # fmt: skip
+
+
+def _keyed(decision: Decision, key: str) -> Decision:
+    """``decision`` carrying the derived canary ``key`` it was bucketed by (kept under
+    the Responses id of its answer), when the split bucketed it at all."""
+    return dataclasses.replace(decision, key=key) if decision.bucket is not None else decision
 
 
 def _canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
@@ -721,12 +726,21 @@ def _remembered_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant:
     """For a Responses continuation, the canary key remembered for the response it
     continues: in this process's memory, else in the store (a blocking read); ``None``
     for any other request, or an id the proxy does not know (:mod:`.rollout`)."""
-    previous = parsed.get("previous_response_id") if api == "openai.responses" else None
-    if not isinstance(previous, str) or not previous:
+    previous = _previous_id(parsed, api)
+    if not previous:
         return None
-    remembered = state.canary_keys.get((tenant, previous))
-    if remembered is not None:
-        return remembered
+    return state.canary_keys.get((tenant, previous)) or _stored_key(state, tenant, previous)
+
+
+def _previous_id(parsed: dict[str, Any], api: str) -> str | None:
+    """The ``previous_response_id`` a Responses request continues, if it names one."""
+    previous = parsed.get("previous_response_id") if api == "openai.responses" else None
+    return previous if isinstance(previous, str) and previous else None
+
+
+def _stored_key(state: ProxyState, tenant: str, previous: str) -> str | None:
+    """The canary key kept in the store for response ``previous`` (a blocking read);
+    ``None`` when there is none or the store fails (logged)."""
     try:
         known = state.engine.store.get_state(tenant, canary_name(previous))
     except StoreError as exc:
