@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx2 as httpx
 import pytest
@@ -38,39 +39,6 @@ def test_flags_win_over_environment_and_defaults(tmp_path: Path) -> None:
         settings_from_args(_args("--canary-percent", "150"), {})
     with pytest.raises(ConfigError, match="admin_token"):
         settings_from_args(_args("--admin-token", "short"), {})
-
-
-def test_the_memo_budget_comes_from_flag_or_environment_and_is_checked() -> None:
-    assert settings_from_args(_args(), {})[0].memo_mb is None
-    assert settings_from_args(_args(), {"CTXWARDEN_MEMO_MB": "256"})[0].memo_mb == 256.0
-    assert settings_from_args(_args("--memo-mb", "0"), {"CTXWARDEN_MEMO_MB": "9"})[0].memo_mb == 0
-    for bad, key in (("lots", "memo-mb"), ("-1", "memo_mb"), ("nan", "memo_mb")):
-        with pytest.raises(ConfigError, match=key):
-            settings_from_args(_args("--memo-mb", bad), {})
-
-
-def test_the_owed_body_limit_comes_from_flag_or_environment_and_is_checked() -> None:
-    assert settings_from_args(_args(), {})[0].max_owed_body_bytes == 256 * 1024 * 1024
-    env = {"CTXWARDEN_MAX_OWED_BODY_BYTES": "1000"}
-    assert settings_from_args(_args(), env)[0].max_owed_body_bytes == 1000
-    flag = _args("--max-owed-body-bytes", "2000")
-    assert settings_from_args(flag, env)[0].max_owed_body_bytes == 2000
-    for bad, match in (("lots", "max-owed-body-bytes"), ("0", "max_owed_body_bytes")):
-        with pytest.raises(ConfigError, match=match):
-            settings_from_args(_args("--max-owed-body-bytes", bad), {})
-
-
-def test_the_owed_held_budget_comes_from_flag_or_environment_and_is_checked() -> None:
-    default = settings_from_args(_args(), {})[0]
-    assert default.max_owed_held_bytes is None
-    assert default.owed_held_bytes == default.max_owed_body_bytes  # one body of the largest
-    env = {"CTXWARDEN_MAX_OWED_HELD_BYTES": "1000"}
-    assert settings_from_args(_args(), env)[0].owed_held_bytes == 1000
-    flag = _args("--max-owed-held-bytes", "2000")
-    assert settings_from_args(flag, env)[0].owed_held_bytes == 2000
-    for bad, match in (("lots", "max-owed-held-bytes"), ("0", "max_owed_held_bytes")):
-        with pytest.raises(ConfigError, match=match):
-            settings_from_args(_args("--max-owed-held-bytes", bad), {})
 
 
 def test_tenant_secret_is_stable_private_and_keys_never_contain_the_credential(
@@ -181,10 +149,44 @@ def test_an_unknown_config_key_is_called_one(tmp_path: Path) -> None:
     assert str(info.value) == f"{bad}: pipeline.mask.min_tokenz: unknown key"
 
 
-def test_the_engine_wait_comes_from_flag_or_environment_and_is_checked() -> None:
-    assert settings_from_args(_args(), {})[0].max_engine_wait == 1.0
-    env = {"CTXWARDEN_MAX_ENGINE_WAIT": "0"}  # no limit
-    assert settings_from_args(_args(), env)[0].max_engine_wait == 0.0
-    assert settings_from_args(_args("--max-engine-wait", "2.5"), env)[0].max_engine_wait == 2.5
-    with pytest.raises(ConfigError, match="max_engine_wait"):
-        settings_from_args(_args("--max-engine-wait", "-1"), {})
+_MIB = 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("flag", "attribute", "default", "env_value", "flag_value", "bad"),
+    [
+        # (flag, setting read, its default, CTXWARDEN_* value -> setting, flag value ->
+        # setting, refused values with what the error names)
+        ("--memo-mb", "memo_mb", None, ("256", 256.0), ("0", 0.0),
+         (("lots", "memo-mb"), ("-1", "memo_mb"), ("nan", "memo_mb"))),
+        ("--max-owed-body-bytes", "max_owed_body_bytes", 256 * _MIB, ("1000", 1000),
+         ("2000", 2000), (("lots", "max-owed-body-bytes"), ("0", "max_owed_body_bytes"))),
+        ("--max-owed-held-bytes", "owed_held_bytes", 256 * _MIB, ("1000", 1000), ("2000", 2000),
+         (("lots", "max-owed-held-bytes"), ("0", "max_owed_held_bytes"))),
+        ("--max-engine-wait", "max_engine_wait", 1.0, ("0", 0.0), ("2.5", 2.5),
+         (("-1", "max_engine_wait"),)),
+    ],
+)  # fmt: skip
+def test_a_number_comes_from_flag_or_environment_and_is_checked(
+    flag: str,
+    attribute: str,
+    default: Any,
+    env_value: tuple[str, Any],
+    flag_value: tuple[str, Any],
+    bad: tuple[tuple[str, str], ...],
+) -> None:
+    env = {"CTXWARDEN_" + flag.lstrip("-").replace("-", "_").upper(): env_value[0]}
+    assert getattr(settings_from_args(_args(), {})[0], attribute) == default
+    assert getattr(settings_from_args(_args(), env)[0], attribute) == env_value[1]
+    assert (
+        getattr(settings_from_args(_args(flag, flag_value[0]), env)[0], attribute) == flag_value[1]
+    )
+    for value, match in bad:
+        with pytest.raises(ConfigError, match=match):
+            settings_from_args(_args(flag, value), {})
+
+
+def test_the_owed_held_budget_defaults_to_one_body_of_the_largest_size() -> None:
+    default = settings_from_args(_args(), {})[0]
+    assert default.max_owed_held_bytes is None
+    assert default.owed_held_bytes == default.max_owed_body_bytes
