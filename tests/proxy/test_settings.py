@@ -38,3 +38,14 @@ def test_the_defaults_and_the_documented_off_values_are_accepted() -> None:
     ProxySettings()
     assert ProxySettings(max_recall_rounds=0).max_recall_rounds == 0  # recall off
     assert ProxySettings(total_timeout=None).total_timeout is None  # no whole-exchange cap
+
+
+def test_keep_newest_keeps_the_newest_entries_within_the_limit() -> None:
+    from ctxwarden.proxy.state import keep_newest
+
+    entries: dict[str, int] = {}
+    for i, key in enumerate("abcab"):
+        keep_newest(entries, key, i, limit=2)
+    assert entries == {"a": 3, "b": 4}  # c, the oldest of three, went; a and b renewed
+    keep_newest(entries, "c", 5, limit=2)
+    assert list(entries) == ["b", "c"]

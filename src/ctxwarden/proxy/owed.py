@@ -73,7 +73,7 @@ import orjson
 from ctxwarden.errors import StoreError
 from ctxwarden.proxy.bodies import off_loop_if_large
 from ctxwarden.proxy.recall import RecallAnswer
-from ctxwarden.proxy.state import OWING_TENANTS, ProxyState
+from ctxwarden.proxy.state import OWING_TENANTS, ProxyState, keep_newest
 
 __all__ = [
     "may_name_previous", "names_owing", "outputs", "owed_for", "owed_key", "owing",
@@ -143,11 +143,7 @@ def _note_owing(state: ProxyState, tenant: str, began: float) -> None:
     """Remember that ``tenant``'s mark was written after ``began`` (a monotonic time,
     so the mark outlives the record); past :data:`~ctxwarden.proxy.state.OWING_TENANTS`
     the least recently written tenant is forgotten."""
-    record = state.owing_since
-    record.pop(tenant, None)
-    record[tenant] = began
-    if len(record) > OWING_TENANTS:
-        del record[next(iter(record))]
+    keep_newest(state.owing_since, tenant, began, OWING_TENANTS)
 
 
 async def owing(state: ProxyState, tenant: str) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import Counter
@@ -105,6 +105,19 @@ OWING_TENANTS = 10_000
 only the fast path is lost, the store still answers)."""
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def keep_newest(entries: dict[K, V], key: K, value: V, limit: int) -> None:
+    """Set ``entries[key] = value`` as the newest entry, and drop the oldest ones past
+    ``limit`` entries (a dict keeps insertion order)."""
+    entries.pop(key, None)
+    entries[key] = value
+    while len(entries) > limit:
+        del entries[next(iter(entries))]
+
+
 @dataclass(slots=True)
 class ProxyState:
     """Everything a handler needs; one per app.
@@ -171,11 +184,7 @@ class ProxyState:
 
     def remember_canary_key(self, tenant: str, response_id: str, key: str) -> None:
         """Keep ``key`` as the canary key of ``response_id`` (see :attr:`canary_keys`)."""
-        keys = self.canary_keys
-        keys.pop((tenant, response_id), None)
-        while len(keys) >= CANARY_KEYS:
-            del keys[next(iter(keys))]
-        keys[(tenant, response_id)] = key
+        keep_newest(self.canary_keys, (tenant, response_id), key, CANARY_KEYS)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a tracked background task (see ``background``)."""
