@@ -22,7 +22,6 @@ import hmac
 import ipaddress
 import logging
 from collections.abc import AsyncIterator, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -30,6 +29,7 @@ from aiohttp import web
 
 from ctxwarden.engine import Engine
 from ctxwarden.memo import set_memo_budget
+from ctxwarden.proxy.engine_thread import EngineThread
 from ctxwarden.proxy.handlers import handle_condensed, handle_forward
 from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.settings import ProxySettings
@@ -85,7 +85,7 @@ def build_app(
         telemetry=telemetry,
         metrics=metrics,
         kill_switch=kill_switch or KillSwitch(),
-        executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxwarden-engine"),
+        executor=EngineThread("ctxwarden-engine"),
     )
     # Handlers read bodies from the stream themselves (the API routes have no cap, or
     # forward past it): ``client_max_size`` bounds only ``request.read()`` (admin).

@@ -30,7 +30,9 @@ names (``x-ctxwarden-session``), else by a key derived from the head of its hist
 a worker thread, or, for a Responses continuation, the key remembered for the response
 it continues (in this process's memory by the time the answer carrying that id ends,
 else in the store). Only a request whose key cannot be derived there (one the engine cannot
-read) is bucketed on the engine thread, in the order of an active request.
+read) is bucketed on the engine thread, in the order of an active request. A session
+outside the canary is condensed in the engine thread's background lane
+(:mod:`.engine_thread`): only while no request whose client waits is queued.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import dataclasses
 import hashlib
 import logging
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -505,8 +508,8 @@ def _note_failure(record: RequestRecord, failure: str | None) -> None:
 
 SHADOW_BACKLOG = 64
 """Shadow condenses pending at most: past it a shadow request is relayed without one.
-The client no longer waits for them (the back-pressure it gave), and they share the
-one engine thread with active requests."""
+The client no longer waits for them (the back-pressure it gave); those of sessions
+outside the canary queue behind every active request (see :func:`_lane`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,8 +563,8 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
     try:
         try:
             ran, outcome = await run_within(
-                state.executor, wait, _condense_sync, state, job.parsed, job.api, job.session,
-                job.wanted, job.server_mode, job.tenant, job.decision,
+                _lane(state, job.decision), wait, _condense_sync, state, job.parsed, job.api,
+                job.session, job.wanted, job.server_mode, job.tenant, job.decision,
             )  # fmt: skip
         except _Malformed as exc:  # forwarded as sent: the upstream judges it
             ran, outcome = (
@@ -585,6 +588,15 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
     except Exception as exc:  # a broken shadow result costs its event fields, no more
         _log.error("shadow condense failed: %s", type(exc).__name__)
         _note_failure(record, type(exc).__name__)
+
+
+def _lane(state: ProxyState, decision: Decision) -> Executor:
+    """Where a shadow request's condense queues: a session outside the canary in the
+    engine thread's background lane, behind every request whose client waits for its
+    condense (all of that session's requests are outside too, so none overtakes
+    another); any other shadow request (server mode, header) in arrival order with the
+    active ones, since its session may also send requests that are active."""
+    return state.executor.background if decision.reason == "canary_out" else state.executor
 
 
 def _uses_tools(request: dict[str, Any]) -> bool:

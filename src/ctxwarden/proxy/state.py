@@ -15,6 +15,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from ctxwarden.engine import Engine
+from ctxwarden.proxy.engine_thread import EngineThread
 from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.settings import ProxySettings
 from ctxwarden.proxy.sse import Usage
@@ -124,7 +125,9 @@ class ProxyState:
 
     ``executor`` has ONE thread: engine calls (CPU work and blocking store I/O) are
     serialized there, so the engine need not be thread-safe and the event loop keeps
-    streaming other responses while a large request is condensed.
+    streaming other responses while a large request is condensed. Its background lane
+    (:mod:`ctxwarden.proxy.engine_thread`) holds the condenses of sessions outside the
+    canary, which run only while no other job waits.
 
     ``background`` holds the tasks that outlive their request (a shadow request's
     condense, see :func:`ctxwarden.proxy.handlers.handle_condensed`): each leaves the
@@ -144,7 +147,7 @@ class ProxyState:
     telemetry: Fanout
     metrics: ProxyMetrics
     kill_switch: KillSwitch
-    executor: ThreadPoolExecutor
+    executor: EngineThread
     upstream: Upstream | None = None
     bodies_as_sent: bool = False
     """The server hands request bodies over as sent, codings and all (``RunningServer``
