@@ -18,9 +18,9 @@ from ctxwarden.proxy import canary_bucket
 from ctxwarden.proxy.engine_thread import EngineThread
 from ctxwarden.proxy.engine_wait import run_within
 from tests.proxy.conftest import ProxyFactory
+from tests.proxy.test_engine_wait import HOLD_SECONDS
+from tests.proxy.test_engine_wait import _held as held
 from tests.proxy.test_rollout_s7 import _post
-
-HOLD_SECONDS = 10.0
 
 
 @pytest.fixture
@@ -32,15 +32,7 @@ def engine_thread() -> Iterator[EngineThread]:
 
 def _held(thread: EngineThread) -> threading.Event:
     """Occupy the thread until the returned event is set."""
-    entered, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        entered.set()
-        release.wait(HOLD_SECONDS)
-
-    thread.submit(hold)
-    assert entered.wait(HOLD_SECONDS)
-    return release
+    return held(thread)[1]
 
 
 @settings(max_examples=40, deadline=None)

@@ -11,7 +11,7 @@ import asyncio
 import gc
 import threading
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 import orjson
@@ -34,7 +34,7 @@ def engine_thread() -> Iterator[ThreadPoolExecutor]:
     executor.shutdown(wait=True)
 
 
-def _held(executor: ThreadPoolExecutor) -> tuple[threading.Event, threading.Event]:
+def _held(executor: Executor) -> tuple[threading.Event, threading.Event]:
     """Occupy the executor's one thread until the returned ``release`` is set."""
     entered, release = threading.Event(), threading.Event()
 
