@@ -44,7 +44,9 @@ Usage (the recorded run, 11 minutes on the 2-core machine; ``--runs 1``: 3 to 4)
 ``--sessions N`` limits a run to N sessions (a fixed shuffle of the corpus); ``--runs K``
 replays them K times, every text of run k > 0 prefixed with ``[run k]`` (new content and
 new session keys, as a long-running proxy sees new sessions); ``--gc-interval`` is passed
-to ``serve`` (its store collection then runs during the soak too).
+to ``serve`` (its store collection then runs during the soak too), and so is
+``--canary-percent`` (sessions outside the share are relayed as sent and condensed in the
+engine thread's background lane; the report counts events by rollout reason).
 """
 
 from __future__ import annotations
@@ -760,9 +762,18 @@ def scan_log(lines: list[str]) -> dict[str, Any]:
         "request_events": len(events),
         "status": dict(Counter(str(e.get("status")) for e in events)),
         "mode": dict(Counter(str(e.get("mode")) for e in events)),
+        "rollout_reason": dict(Counter(str(e.get("rollout_reason")) for e in events)),
+        "overhead_ms_p95_by_reason": {
+            reason: round(pct(values, 95), 2)
+            for reason, values in _by_reason(events, "overhead_ms").items()
+        },
         "level_error": sum(e.get("level") == "error" for e in events),
         "fallback_reasons": dict(
-            Counter(str(e.get("fallback_reason")) for e in events if e.get("fallback_reason"))
+            Counter(
+                f"{e.get('rollout_reason')}: {e.get('fallback_reason')}"
+                for e in events
+                if e.get("fallback_reason")
+            )
         ),
         "rollbacks": sum(int(e.get("rollbacks") or 0) for e in events),
         "recall_injected": sum(bool(e.get("recall_injected")) for e in events),
@@ -778,6 +789,15 @@ def scan_log(lines: list[str]) -> dict[str, Any]:
         "other_lines": dict(other),
         "unparsed_lines": unparsed,
     }
+
+
+def _by_reason(events: list[dict[str, Any]], field: str) -> dict[str, list[float]]:
+    """``field`` of every event that has it, by the event's rollout reason."""
+    out: dict[str, list[float]] = {}
+    for e in events:
+        if e.get(field) is not None:
+            out.setdefault(str(e.get("rollout_reason")), []).append(float(e[field]))
+    return out
 
 
 def leaks(text: str, needles: set[str]) -> dict[str, Any]:
@@ -899,6 +919,8 @@ async def soak_main(args: argparse.Namespace) -> dict[str, Any]:
     ]
     if args.gc_interval is not None:
         serve_cmd += ["--gc-interval", str(args.gc_interval)]
+    if args.canary_percent is not None:
+        serve_cmd += ["--canary-percent", str(args.canary_percent)]
     with open(log_path, "wb") as log:
         proxy = subprocess.Popen(serve_cmd, stdout=log, stderr=log)
     report: dict[str, Any] = {
@@ -1029,6 +1051,9 @@ def main() -> None:
     )
     parser.add_argument("--sample-seconds", type=float, default=3.0)
     parser.add_argument("--gc-interval", type=float, default=None, help="passed to serve")
+    parser.add_argument(
+        "--canary-percent", type=float, default=None, help="passed to serve (default: 100)"
+    )
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument(
         "--runs", type=int, default=1, help="replay the sessions this many times, new text each"
