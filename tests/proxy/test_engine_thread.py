@@ -6,7 +6,10 @@ The thread is held on an event while jobs queue, so every ordering is determinis
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 
 import orjson
@@ -30,28 +33,41 @@ def engine_thread() -> Iterator[EngineThread]:
     thread.shutdown(wait=True, cancel_futures=True)
 
 
+class _Body:
+    """Stands for a parsed request body (weakly referable)."""
+
+
 def _held(thread: EngineThread) -> threading.Event:
     """Occupy the thread until the returned event is set."""
     return held(thread)[1]
 
 
-@settings(max_examples=40, deadline=None)
-@given(lanes=st.lists(st.booleans(), max_size=12))
-def test_foreground_jobs_run_first_and_each_lane_in_arrival_order(lanes: list[bool]) -> None:
+LANES = ("foreground", "background", "in_order")
+
+
+@settings(max_examples=60, deadline=None)
+@given(lanes=st.lists(st.sampled_from(LANES), max_size=14))
+def test_jobs_run_in_the_order_the_lanes_promise(lanes: list[str]) -> None:
+    """Foreground first, each lane in arrival order; an ``in_order`` job runs after
+    every background job queued before it (they move ahead of it)."""
     thread = EngineThread("test-engine")
     try:
         release = _held(thread)
         ran: list[int] = []
-        futures = [
-            (thread.background if background else thread).submit(ran.append, k)
-            for k, background in enumerate(lanes)
-        ]
-        assert thread.queued() == (lanes.count(False), lanes.count(True))
+        ways = {"foreground": thread, "background": thread.background, "in_order": thread.in_order}
+        futures = [ways[lane].submit(ran.append, k) for k, lane in enumerate(lanes)]
+        front: list[int] = []
+        back: list[int] = []
+        for k, lane in enumerate(lanes):  # the model
+            if lane == "in_order":
+                front += back
+                back = []
+            (back if lane == "background" else front).append(k)
+        assert thread.queued() == (len(front), len(back))
         release.set()
         for future in futures:
             future.result(HOLD_SECONDS)
-        foreground = [k for k, background in enumerate(lanes) if not background]
-        assert ran == foreground + [k for k, background in enumerate(lanes) if background]
+        assert ran == front + back
         assert thread.queued() == (0, 0)
     finally:
         thread.shutdown(wait=True)
@@ -72,27 +88,65 @@ def test_an_exception_reaches_the_waiter_and_the_thread_goes_on(
     assert engine_thread.submit(lambda: 1).result(HOLD_SECONDS) == 1
 
 
-def test_a_cancelled_job_never_runs(engine_thread: EngineThread) -> None:
+def test_a_cancelled_job_never_runs_and_leaves_its_lane_with_what_it_holds(
+    engine_thread: EngineThread,
+) -> None:
     release = _held(engine_thread)
-    ran: list[int] = []
-    queued = engine_thread.background.submit(ran.append, 1)
+    ran: list[object] = []
+    body = _Body()
+    alive = weakref.ref(body)
+    queued = engine_thread.background.submit(ran.append, body)
+    del body
+    assert engine_thread.queued() == (0, 1)
     assert queued.cancel()
+    assert engine_thread.queued() == (0, 0)
+    gc.collect()
+    assert alive() is None  # the lane let go of the job's arguments
     release.set()
     engine_thread.submit(ran.append, 2).result(HOLD_SECONDS)
     assert ran == [2]
+
+
+def test_a_finished_job_and_its_result_are_not_kept(engine_thread: EngineThread) -> None:
+    seen: list[weakref.ref[_Body]] = []
+
+    def job(argument: _Body) -> _Body:
+        seen.append(weakref.ref(argument))
+        return _Body()
+
+    result = engine_thread.submit(job, _Body()).result(HOLD_SECONDS)
+    alive = [seen[0], weakref.ref(result)]
+    del result
+    for _ in range(100):  # the thread lets go once it waits for its next job
+        gc.collect()
+        if all(ref() is None for ref in alive):
+            break
+        time.sleep(0.01)
+    assert [ref() for ref in alive] == [None, None]
+
+
+def test_a_base_exception_reaches_the_waiter_and_the_thread_goes_on(
+    engine_thread: EngineThread,
+) -> None:
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        engine_thread.submit(interrupted).result(HOLD_SECONDS)
+    assert engine_thread.background.submit(lambda: 1).result(HOLD_SECONDS) == 1
 
 
 def test_shutdown_cancels_what_waits_and_refuses_new_jobs() -> None:
     thread = EngineThread("test-engine")
     release = _held(thread)
     waiting = [thread.submit(lambda: 1), thread.background.submit(lambda: 2)]
+    thread.shutdown(wait=False, cancel_futures=True)  # while the thread is still held
     release.set()
-    thread.shutdown(wait=True, cancel_futures=True)
+    thread.shutdown(wait=True)
     assert all(f.cancelled() for f in waiting)
-    with pytest.raises(RuntimeError, match="shutdown"):
-        thread.submit(lambda: 3)
-    with pytest.raises(RuntimeError, match="shutdown"):
-        thread.background.submit(lambda: 3)
+    for way in (thread, thread.background, thread.in_order):
+        with pytest.raises(RuntimeError, match="shutdown"):
+            way.submit(lambda: 3)
 
 
 def test_shutdown_without_cancelling_runs_what_waits() -> None:
@@ -105,21 +159,49 @@ def test_shutdown_without_cancelling_runs_what_waits() -> None:
     assert ran == [1]
 
 
-async def test_a_background_job_past_the_wait_is_dropped_behind_foreground_work(
+def test_shutdown_from_a_job_ends_the_thread_after_what_waits() -> None:
+    thread = EngineThread("test-engine")
+    release = _held(thread)
+    ran: list[int] = []
+    first = thread.submit(thread.shutdown)  # wait=True from the thread itself: no join
+    thread.background.submit(ran.append, 1)
+    release.set()
+    first.result(HOLD_SECONDS)
+    thread.shutdown(wait=True)
+    assert ran == [1]
+
+
+def test_a_thread_that_cannot_start_leaves_no_job_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    thread = EngineThread("test-engine")
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refuse)
+        with pytest.raises(RuntimeError, match="start new thread"):
+            thread.submit(lambda: 1)
+    assert thread.queued() == (0, 0)
+    assert thread.submit(lambda: 2).result(HOLD_SECONDS) == 2  # the next job starts it
+    thread.shutdown(wait=True)
+
+
+async def test_a_background_job_past_the_wait_is_dropped_and_leaves_its_lane(
     engine_thread: EngineThread,
 ) -> None:
     release = _held(engine_thread)
     ran: list[str] = []
     late = asyncio.ensure_future(
-        run_within(engine_thread.background, 0.3, ran.append, "background")
+        run_within(engine_thread.background, 0.05, ran.append, "background")
     )
     await asyncio.sleep(0)
     first = asyncio.ensure_future(run_within(engine_thread, 0, ran.append, "foreground"))
-    await asyncio.sleep(0.5)  # the background job's wait ends while the thread is held
+    assert await late == (False, None)  # while the thread is still held
+    await _until(lambda: engine_thread.queued() == (1, 0))  # the dropped job is gone
     release.set()
     assert await first == (True, None)
-    assert await late == (False, None)
-    await asyncio.to_thread(engine_thread.background.submit(lambda: None).result)
     assert ran == ["foreground"]
 
 
@@ -163,3 +245,43 @@ async def _until(condition: object) -> None:
     while not condition():  # type: ignore[operator]
         assert loop.time() < deadline, "condition never held"
         await asyncio.sleep(0.01)
+
+
+async def test_a_header_request_never_overtakes_a_queued_condense_of_its_session(
+    make_proxy: ProxyFactory,
+) -> None:
+    """A header can send one request of a session outside the canary as active: its
+    condense queues behind the session's background one (state is written in order)."""
+    outside = next(s for s in (f"s{i}" for i in range(100)) if canary_bucket(s) >= 50)
+    first = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x " * 50}]}
+    second = {
+        **first,
+        "messages": [
+            *first["messages"],
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "more"},
+        ],
+    }
+    async with make_proxy(canary_percent=50) as proxy:
+        modes: list[object] = []
+        condense = proxy.engine.condense
+
+        def recorded(*args: object, **kwargs: object) -> object:
+            modes.append(kwargs.get("mode"))
+            return condense(*args, **kwargs)  # type: ignore[arg-type]
+
+        proxy.engine.condense = recorded  # type: ignore[method-assign]
+        release = _held(proxy.state.executor)
+        try:
+            named = {"x-ctxwarden-session": outside}
+            assert await _post(proxy, orjson.dumps(first), **named) == 200
+            await _until(lambda: proxy.state.executor.queued() == (0, 1))
+            active = asyncio.ensure_future(
+                _post(proxy, orjson.dumps(second), **named, **{"x-ctxwarden-mode": "active"})
+            )
+            await _until(lambda: proxy.state.executor.queued() == (2, 0))
+        finally:
+            release.set()
+        assert await active == 200
+        await proxy.state.drain()
+    assert modes == ["shadow", "active"]

@@ -200,6 +200,7 @@ async def test_a_shadow_backlog_skips_the_condense_not_the_request(
         events = proxy.recorder.events
     assert gate.calls == 1 and len(events) == 2
     assert skipped["fallback_reason"] == "proxy: limit: 1 shadow condenses pending"
+    assert skipped["level"] == "warning"  # a load signal, not an error
     assert "tokens_before" not in skipped
     assert events[1]["tokens_before"] > 0  # the first request's, emitted last
 

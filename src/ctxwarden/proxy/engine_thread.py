@@ -2,16 +2,25 @@
 
 Every condense runs on one thread (the engine is not thread-safe, and it is CPU work
 under the GIL anyway). :class:`EngineThread` is that thread as an
-:class:`~concurrent.futures.Executor`: ``submit`` queues a job in the *foreground*
-lane, ``background.submit`` in the *background* lane. Each lane is first in, first
-out; the thread takes the oldest foreground job whenever there is one, and a
-background job only when no foreground job waits. A job that has started runs to its
-end (a thread cannot be interrupted).
+:class:`~concurrent.futures.Executor`. Jobs queue in one of two lanes, each first in,
+first out; the thread takes the oldest *foreground* job whenever there is one, and a
+*background* job only when no foreground job waits. A job that has started runs to its
+end (a thread cannot be interrupted), so a background job under way still delays a
+foreground one by what is left of it.
+
+- ``submit``: foreground.
+- ``background.submit``: background.
+- ``in_order.submit``: foreground, behind every background job queued so far (they
+  move to the foreground lane first), for a job that may belong to the same session as
+  one of them: a session's requests never overtake one another.
 
 The background lane is for the condenses of sessions outside the canary: telemetry
-only, relayed before they are condensed, so none of them may delay a request whose
-answer waits for its condense. A session is wholly in or out of the canary, so a
-session's own requests never overtake one another: its jobs are all in one lane.
+only, relayed before they are condensed, so that they do not delay requests whose
+clients wait for their condense (see :func:`ctxwarden.proxy.handlers._lane`).
+
+A job cancelled while it waits leaves its lane at once (with what it holds, a parsed
+request body among it). The thread is a daemon: the app shuts it down (and joins it)
+at cleanup; an executor never shut down keeps its idle thread until the process ends.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ class EngineThread(Executor):
         self._thread: threading.Thread | None = None
         self.background: Executor = _Lane(self, 1)
         """Jobs that run only while no foreground job waits."""
+        self.in_order: Executor = _Lane(self, 0, behind_background=True)
+        """Foreground jobs queued behind every background job queued before them."""
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         """Queue ``fn(*args, **kwargs)`` in the foreground lane."""
@@ -67,18 +78,44 @@ class EngineThread(Executor):
             return len(self._lanes[0]), len(self._lanes[1])
 
     def _queue(
-        self, lane: int, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        lane: int,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        behind_background: bool = False,
     ) -> Future[T]:
         future: Future[T] = Future()
         with self._ready:
             if self._closed:
                 raise RuntimeError("cannot schedule new futures after shutdown")
+            if behind_background:
+                self._lanes[0].extend(self._lanes[1])
+                self._lanes[1].clear()
             self._lanes[lane].append((future, fn, args, kwargs))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+                try:
+                    thread.start()
+                except BaseException:  # no thread: the next job tries again
+                    self._lanes[lane].pop()
+                    raise
+                self._thread = thread
             self._ready.notify()
+        future.add_done_callback(self._forget)
         return future
+
+    def _forget(self, future: Future[Any]) -> None:
+        """A job cancelled while it waited leaves its lane (and what it holds)."""
+        if not future.cancelled():
+            return
+        with self._ready:
+            for lane in self._lanes:
+                for i, job in enumerate(lane):
+                    if job[0] is future:
+                        del lane[i]
+                        return
 
     def _next(self) -> _Job | None:
         """The next job to run (foreground first), or ``None`` once shut down and empty."""
@@ -93,27 +130,32 @@ class EngineThread(Executor):
 
     def _work(self) -> None:
         while (job := self._next()) is not None:
-            future, fn, args, kwargs = job
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled while it waited
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:  # handed to the waiter, as an executor does
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-            del job, future, fn, args, kwargs  # drop references before waiting again
+            _run(job)
+            del job  # nothing of a finished job stays alive while the thread waits
+
+
+def _run(job: _Job) -> None:
+    future, fn, args, kwargs = job
+    if not future.set_running_or_notify_cancel():
+        return  # cancelled while it waited
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:  # handed to the waiter, as an executor does
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 class _Lane(Executor):
-    """The background lane of an :class:`EngineThread` as an executor of its own."""
+    """A way into an :class:`EngineThread`'s lanes, as an executor of its own."""
 
-    def __init__(self, thread: EngineThread, lane: int) -> None:
+    def __init__(self, thread: EngineThread, lane: int, *, behind_background: bool = False):
         self._thread = thread
         self._lane = lane
+        self._behind = behind_background
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        return self._thread._queue(self._lane, fn, args, kwargs)
+        return self._thread._queue(self._lane, fn, args, kwargs, behind_background=self._behind)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._thread.shutdown(wait, cancel_futures=cancel_futures)

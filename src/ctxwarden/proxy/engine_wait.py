@@ -1,6 +1,6 @@
 """A bounded wait for the engine thread.
 
-One engine thread condenses every request, in arrival order. When it falls behind (a
+One engine thread condenses every request (:mod:`.engine_thread`). When it falls behind (a
 burst, a pathological request that takes long to condense), every request queued
 behind it would wait. :func:`run_within` bounds that wait: a job that has not
 *started* within ``limit`` seconds is dropped (it never runs; the caller sends the
@@ -58,7 +58,8 @@ async def run_within(
     it had not started within ``limit`` seconds (0: no limit) and never will.
 
     Exceptions of ``fn`` propagate as from ``run_in_executor``. Cancelling the caller
-    while the job waits drops it; once it runs, it runs to its end (the executor
+    while the job waits drops it (and cancels its executor future, so an executor that
+    purges cancelled jobs lets go of its arguments); once it runs, it runs to its end (the executor
     cannot stop a thread) and its result is discarded."""
     slot = _Slot()
 
@@ -77,8 +78,10 @@ async def run_within(
         return await asyncio.wait_for(asyncio.shield(future), limit)
     except TimeoutError:
         if slot.drop():
+            future.cancel()  # it leaves the executor's queue, and what it holds with it
             return False, None
         return await future  # started in the meantime: its condense is under way
     except asyncio.CancelledError:
-        slot.drop()
+        if slot.drop():
+            future.cancel()
         raise

@@ -30,9 +30,10 @@ names (``x-ctxwarden-session``), else by a key derived from the head of its hist
 a worker thread, or, for a Responses continuation, the key remembered for the response
 it continues (in this process's memory by the time the answer carrying that id ends,
 else in the store). Only a request whose key cannot be derived there (one the engine cannot
-read) is bucketed on the engine thread, in the order of an active request. A session
-outside the canary is condensed in the engine thread's background lane
-(:mod:`.engine_thread`): only while no request whose client waits is queued.
+read) is bucketed on the engine thread. A session outside the canary is condensed in
+the engine thread's background lane, only while no request whose client waits is
+queued; a request that may share a session with one of those queues behind them
+(:func:`_lane`).
 """
 
 from __future__ import annotations
@@ -318,7 +319,7 @@ async def _condense_one(
     wait = state.settings.max_engine_wait
     try:
         ran, outcome = await run_within(
-            state.executor, wait,
+            _lane(state, quick), wait,
             _condense_sync, state, parsed, api, session, wanted, server_mode, tenant, decided,
         )  # fmt: skip
     except _Malformed as exc:
@@ -391,14 +392,13 @@ def _quick_decision(
 ) -> Decision:
     """The mode as far as it is known before reading the body: the kill switch, the
     mode header, the server mode, and the canary side of a session the client named
-    (bucketed by its name, as on the engine thread). A canary-out session without a
-    name stays ``active`` here: its side is told by :func:`_canary_decision`, off the
-    engine thread."""
+    (bucketed by its name, as on the engine thread). A session without a name stays
+    ``active`` here: its side is told by :func:`_canary_decision`, off the engine
+    thread."""
     quick = _unsplit(state, wanted, server_mode)
     if quick.mode != "active" or quick.reason != "server" or session is None:
         return quick
-    named = _split_by(state, wanted, server_mode, session)
-    return named if named.mode == "shadow" else quick
+    return _split_by(state, wanted, server_mode, session)
 
 
 async def _as_sent(
@@ -542,7 +542,9 @@ async def _shadow_first(
     if len(state.background) < SHADOW_BACKLOG:
         record.shadow = state.spawn(_shadow_condense(state, record, job))
     else:  # the engine thread is behind: this request's shadow fields are skipped
-        _note_failure(record, f"limit: {SHADOW_BACKLOG} shadow condenses pending")
+        record.level = "warning"  # a load signal, like a condense the wait dropped
+        record.set(fallback_reason=f"proxy: limit: {SHADOW_BACKLOG} shadow condenses pending",
+                   fallbacks=1)  # fmt: skip
     outgoing = settle(job.parsed, owed) if owed else job.parsed
     if outgoing is job.parsed:
         return await relay(ex, raw, record)
@@ -591,12 +593,23 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
 
 
 def _lane(state: ProxyState, decision: Decision) -> Executor:
-    """Where a shadow request's condense queues: a session outside the canary in the
-    engine thread's background lane, behind every request whose client waits for its
-    condense (all of that session's requests are outside too, so none overtakes
-    another); any other shadow request (server mode, header) in arrival order with the
-    active ones, since its session may also send requests that are active."""
-    return state.executor.background if decision.reason == "canary_out" else state.executor
+    """Where a request's condense queues on the engine thread (:mod:`.engine_thread`),
+    by the decision told before it:
+
+    - outside the canary: the background lane, behind every request whose client waits
+      for its condense;
+    - inside the canary: the foreground lane, ahead of those background jobs (the split
+      puts a session wholly on one side: none of them is of its session);
+    - any other (the server mode or a header decided it, or the split is left to the
+      engine thread): the foreground lane behind every background job queued so far,
+      since its session may have some (a header can send one request of a session
+      outside the canary as active), and a session's requests never overtake one
+      another."""
+    if decision.reason == "canary_out":
+        return state.executor.background
+    if decision.reason == "canary_in":
+        return state.executor
+    return state.executor.in_order
 
 
 def _uses_tools(request: dict[str, Any]) -> bool:
