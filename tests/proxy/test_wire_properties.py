@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ctxwarden import Engine
 from ctxwarden.breakpoints import MAX_BREAKPOINTS
@@ -201,43 +202,40 @@ def _turns(items: list[dict[str, Any]], cuts: int = 3) -> list[int]:
     return [*ends[-(cuts - 1) :], len(items)]
 
 
+def _check_chat(live: LiveProxy, sent: dict[str, Any], got: dict[str, Any]) -> None:
+    check_invariants(live.engine, sent, _without_recall_tool(sent, got), live.tenant)
+
+
+def _check_messages(live: LiveProxy, sent: dict[str, Any], got: dict[str, Any]) -> None:
+    _assert_refs_resolve(live, got["messages"])
+    _check_anthropic(sent, _without_added_breakpoints(sent, _without_recall_tool(sent, got)))
+
+
+def _check_responses_wire(live: LiveProxy, sent: dict[str, Any], got: dict[str, Any]) -> None:
+    _assert_refs_resolve(live, got["input"])
+    _check_responses(sent, _without_recall_tool(sent, got))
+
+
+Checker = Callable[[LiveProxy, dict[str, Any], dict[str, Any]], None]
+APIS: dict[str, tuple[str, str, st.SearchStrategy[dict[str, Any]], Checker]] = {
+    "openai.chat": ("/v1/chat/completions", "messages", chat_requests(), _check_chat),
+    "anthropic.messages": ("/v1/messages", "messages", anthropic_requests(), _check_messages),
+    "openai.responses": ("/v1/responses", "input", responses_requests(), _check_responses_wire),
+}
+
+
+@pytest.mark.parametrize("api", list(APIS))
 @PROPERTY
-@given(wire=chat_requests())
-def test_a_chat_session_reaches_the_upstream_with_every_invariant(
-    live: LiveProxy, wire: dict[str, Any]
+@given(data=st.data())
+def test_a_session_reaches_the_upstream_with_every_invariant(
+    live: LiveProxy, api: str, data: st.DataObject
 ) -> None:
+    path, key, requests, check = APIS[api]
+    wire = data.draw(requests)
     session = live.new_session()
-    for end in _turns(wire["messages"]):
-        request = {**wire, "messages": wire["messages"][:end]}
-        got = live.send("/v1/chat/completions", request, session)
-        check_invariants(live.engine, request, _without_recall_tool(request, got), live.tenant)
-
-
-@PROPERTY
-@given(wire=anthropic_requests())
-def test_an_anthropic_session_reaches_the_upstream_with_every_invariant(
-    live: LiveProxy, wire: dict[str, Any]
-) -> None:
-    session = live.new_session()
-    for end in _turns(wire["messages"]):
-        request = {**wire, "messages": wire["messages"][:end]}
-        got = live.send("/v1/messages", request, session)
-        _assert_refs_resolve(live, got["messages"])
-        plain = _without_added_breakpoints(request, _without_recall_tool(request, got))
-        _check_anthropic(request, plain)
-
-
-@PROPERTY
-@given(wire=responses_requests())
-def test_a_responses_session_reaches_the_upstream_with_every_invariant(
-    live: LiveProxy, wire: dict[str, Any]
-) -> None:
-    session = live.new_session()
-    for end in _turns(wire["input"]):
-        request = {**wire, "input": wire["input"][:end]}
-        got = live.send("/v1/responses", request, session)
-        _assert_refs_resolve(live, got["input"])
-        _check_responses(request, _without_recall_tool(request, got))
+    for end in _turns(wire[key]):
+        request = {**wire, key: wire[key][:end]}
+        check(live, request, live.send(path, request, session))
 
 
 def test_a_long_chat_session_is_condensed_on_its_way_upstream(live: LiveProxy) -> None:
