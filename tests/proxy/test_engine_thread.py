@@ -12,6 +12,7 @@ import time
 import weakref
 from collections.abc import Iterator
 
+import aiohttp
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -228,9 +229,13 @@ async def test_an_active_request_is_condensed_before_a_canary_out_one_queued_ear
             await _until(lambda: proxy.state.executor.queued() == (0, 1))
             active = asyncio.ensure_future(_post(proxy, body, **{"x-ctxwarden-session": inside}))
             await _until(lambda: proxy.state.executor.queued() == (1, 1))
+            async with aiohttp.ClientSession() as http, http.get(proxy.url + "/metrics") as r:
+                metrics = await r.text()
         finally:
             release.set()
         assert await active == 200
+        for lane in ("foreground", "background"):  # what an operator sees waiting
+            assert f'ctxwarden_engine_queued{{lane="{lane}"}} 1.0' in metrics
         await proxy.state.drain()
         events = {e["rollout_reason"]: e for e in proxy.recorder.events}
     assert order == [inside, outside]

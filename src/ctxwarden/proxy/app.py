@@ -87,6 +87,7 @@ def build_app(
         kill_switch=kill_switch or KillSwitch(),
         executor=EngineThread("ctxwarden-engine"),
     )
+    metrics.watch_engine(state.executor.queued)
     # Handlers read bodies from the stream themselves (the API routes have no cap, or
     # forward past it): ``client_max_size`` bounds only ``request.read()`` (admin).
     app = web.Application(client_max_size=settings.max_body_bytes)

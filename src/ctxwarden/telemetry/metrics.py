@@ -8,7 +8,7 @@ cardinality: route (fixed set), mode (3 values), status (HTTP code), fallback ki
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -94,6 +94,18 @@ class ProxyMetrics:
             registry=r,
         )
         self.memo_bytes.set_function(memo_weight)
+        self.engine_queued = Gauge(
+            "ctxwarden_engine_queued",
+            "Condenses waiting for the engine thread, by lane (background: the telemetry-only "
+            "condenses of sessions outside the canary).",
+            ("lane",),
+            registry=r,
+        )
+
+    def watch_engine(self, queued: Callable[[], tuple[int, int]]) -> None:
+        """Report ``queued()`` (foreground, background jobs waiting) at every scrape."""
+        self.engine_queued.labels("foreground").set_function(lambda: queued()[0])
+        self.engine_queued.labels("background").set_function(lambda: queued()[1])
 
     def render(self) -> bytes:
         """The text exposition format for ``GET /metrics``."""
