@@ -9,9 +9,16 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import settings
 
 from ctxwarden.io import bundled_sessions
 from ctxwarden.memo import DEFAULT_MEMO_BUDGET, set_memo_budget
+
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    # CI runs the same examples every time (a red CI must mean a change broke
+    # something); runs elsewhere draw new ones, which is how hypothesis finds new bugs
+    settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

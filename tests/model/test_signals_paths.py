@@ -1,6 +1,7 @@
 """paths_in starts a match only where a run of path characters starts (linear in the
-text). It finds what trying every position finds, except a match glued to the end of
-the one before it (``a.py-.py`` gave ``-.py``), which no path is."""
+text). Every match it finds is a path by the unguarded pattern, and it finds every match
+that trying every position finds except one glued to a word (``a.py-.py`` gave ``-.py``,
+which no path is)."""
 
 from __future__ import annotations
 
@@ -23,16 +24,24 @@ _PIECES = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=600)
+@settings(max_examples=3000)
 @given(st.lists(_PIECES, max_size=40).map("".join))
 def test_run_start_guards_find_what_every_position_finds(text: str) -> None:
-    ends = set()
-    expected = []
-    for m in _EVERY_POSITION.finditer(text):
-        if m.start() not in ends:
-            expected.append((m.start(), m.group(0)))
-        ends.add(m.end())
-    assert [(m.start(), m.group(0)) for m in _PATH_RE.finditer(text)] == expected
+    found = [(m.start(), m.group(0)) for m in _PATH_RE.finditer(text)]
+    for _, path in found:  # each is a path by the unguarded pattern
+        assert _EVERY_POSITION.fullmatch(path)
+    for m in _EVERY_POSITION.finditer(text):  # and none is lost but one glued to a word
+        if m.start() == 0 or text[m.start() - 1] not in _PATH_CHARS:
+            assert (m.start(), m.group(0)) in found
+
+
+_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-é")
+"""Characters that continue a path run (``\\w`` of the pieces, dots and dashes): a match
+starting right after one is glued to what precedes it (``a.py-.py`` gave ``-.py``)."""
+
+
+def test_a_match_glued_to_a_word_is_not_a_path() -> None:
+    assert [m.group(0) for m in _PATH_RE.finditer("a.py-.py x a.py-a.py")] == ["a.py", "a.py"]
 
 
 def test_paths_in_a_long_word_and_around_it() -> None:

@@ -235,7 +235,7 @@ async def test_an_active_request_is_condensed_before_a_canary_out_one_queued_ear
             release.set()
         assert await active == 200
         for lane in ("foreground", "background"):  # what an operator sees waiting
-            assert f'ctxwarden_engine_queued{{lane="{lane}"}} 1.0' in metrics
+            assert f'ctxwarden_engine_queued_jobs{{lane="{lane}"}} 1.0' in metrics
         await proxy.state.drain()
         events = {e["rollout_reason"]: e for e in proxy.recorder.events}
     assert order == [inside, outside]

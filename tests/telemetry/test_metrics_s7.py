@@ -69,8 +69,8 @@ def test_exposition_parses_and_follows_naming_conventions() -> None:
         assert family.name.startswith("ctxwarden_")
         if family.type == "counter":
             assert {s.name for s in family.samples} == {family.name + "_total"}
-        elif family.type == "gauge":  # creation timestamps, or a size in base units
-            assert family.name.endswith(("_created", "_bytes"))
+        elif family.type == "gauge":  # creation timestamps, a size in base units, a count
+            assert family.name.endswith(("_created", "_bytes", "_jobs"))
         elif family.type == "histogram":
             assert family.name.endswith("_seconds")
         else:

@@ -95,7 +95,7 @@ class ProxyMetrics:
         )
         self.memo_bytes.set_function(memo_weight)
         self.engine_queued = Gauge(
-            "ctxwarden_engine_queued",
+            "ctxwarden_engine_queued_jobs",
             "Condenses waiting for the engine thread, by lane (background: the telemetry-only "
             "condenses of sessions outside the canary).",
             ("lane",),
