@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +153,27 @@ def test_store_commands_refuse_two_different_stores(
         capsys, ["store", "gc", "--config", str(config), "--data-dir", str(tmp_path / "b")]
     )
     assert "store.path" in line
+
+
+def test_a_large_output_to_a_pipe_closed_midway_is_status_141(tmp_path: Path) -> None:
+    """``ctxwarden condense big.json | head -1``: the pipe takes part of the one large
+    write before its reader goes; the output must not end short with status 0."""
+    rows = "\n".join(f"row {i}: checked item_{i}" for i in range(20_000))
+    request = {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "go"}, {"role": "user", "content": rows}],
+    }
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(request))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxwarden", "condense", str(path), "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10)  # the output has begun: the reader goes midway
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err

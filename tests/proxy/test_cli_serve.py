@@ -16,7 +16,7 @@ import httpx2 as httpx
 import pytest
 
 from ctxwarden.cli import build_parser
-from ctxwarden.cli.serve import settings_from_args
+from ctxwarden.cli.serve import env_flag, settings_from_args
 from ctxwarden.errors import ConfigError
 from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
 
@@ -190,3 +190,28 @@ def test_the_owed_held_budget_defaults_to_one_body_of_the_largest_size() -> None
     default = settings_from_args(_args(), {})[0]
     assert default.max_owed_held_bytes is None
     assert default.owed_held_bytes == default.max_owed_body_bytes
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [("1", True), ("true", True), ("Yes", True), (" on ", True), ("0", False), ("", False),
+     ("FALSE", False), ("no", False), ("off", False)],
+)  # fmt: skip
+def test_a_yes_no_variable_takes_the_usual_words(value: str, on: bool) -> None:
+    assert env_flag({"CTXWARDEN_FAKE_UPSTREAM": value}, "CTXWARDEN_FAKE_UPSTREAM") is on
+    assert env_flag({}, "CTXWARDEN_FAKE_UPSTREAM") is False
+
+
+def test_a_mistyped_fake_upstream_variable_stops_serve_naming_it(tmp_path: Path) -> None:
+    """A typo must not start the proxy against the real APIs."""
+    env = {**os.environ, "CTXWARDEN_FAKE_UPSTREAM": "ture"}
+    done = subprocess.run(
+        [sys.executable, "-m", "ctxwarden", "serve", "--port", str(_free_port()),
+         "--data-dir", str(tmp_path)],
+        env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.decode().strip().splitlines() == [
+        "ctxwarden serve: error: CTXWARDEN_FAKE_UPSTREAM: "
+        "'ture' is not 1/true/yes/on or 0/false/no/off"
+    ]

@@ -29,6 +29,7 @@ __all__ = [
     "positive_seconds",
     "print_json",
     "store_errors",
+    "write_stdout",
 ]
 
 
@@ -136,5 +137,16 @@ def store_errors(config: StoreConfig, data_dir: str | None) -> Iterator[None]:
 def print_json(obj: Any) -> None:
     """``obj`` as indented JSON on stdout, every value as it was read (see
     :func:`ctxwarden.io.dump_json`)."""
-    sys.stdout.buffer.write(dump_json(obj, indent=True) + b"\n")
-    sys.stdout.flush()
+    write_stdout(dump_json(obj, indent=True) + b"\n")
+
+
+def write_stdout(data: bytes) -> None:
+    """Write all of ``data`` to stdout. A pipe whose reader has gone (``| head``) may
+    take part of one large write and report it as done: the rest is written again, so
+    the closed pipe raises :class:`BrokenPipeError` (status 141) instead of the output
+    ending short with status 0."""
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while view:
+        view = view[out.write(view) :]
+    out.flush()

@@ -13,14 +13,14 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctxwarden.cli.common import positive_seconds
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.errors import ConfigError
 
-__all__ = ["register", "settings_from_args"]
+__all__ = ["env_flag", "register", "settings_from_args"]
 
 _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--host", "interface to bind", "127.0.0.1"),
@@ -78,7 +78,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--fake-upstream",
         action="store_true",
-        default=os.environ.get("CTXWARDEN_FAKE_UPSTREAM") == "1",
+        default=None,
         help="also start the bundled fake upstream on a free loopback port and send both "
         "APIs there: try the proxy with one command [CTXWARDEN_FAKE_UPSTREAM=1]",
     )
@@ -160,16 +160,32 @@ def settings_from_args(
     return settings, config, level
 
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """The yes/no variable ``name`` (unset: no); a :class:`ConfigError` names it when
+    its value is neither (a typo must not start the proxy against the real APIs)."""
+    value = env.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{env[name]!r} is not 1/true/yes/on or 0/false/no/off", name)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from ctxwarden.engine import Engine
     from ctxwarden.proxy import build_app, serve_forever
     from ctxwarden.telemetry import configure_json_logging
 
     settings, config, level = settings_from_args(args)
+    with_fake = args.fake_upstream or env_flag(os.environ, "CTXWARDEN_FAKE_UPSTREAM")
     configure_json_logging(getattr(logging, level.upper(), logging.INFO))
     engine = Engine(config)
     try:
-        asyncio.run(_run_proxy(engine, settings, build_app, serve_forever, args.fake_upstream))
+        asyncio.run(_run_proxy(engine, settings, build_app, serve_forever, with_fake))
     finally:
         engine.close()
     return 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ctxwarden.cli.common import CliConsole, print_json, store_errors
+from ctxwarden.cli.common import CliConsole, print_json, store_errors, write_stdout
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.errors import ConfigError, StoreError
@@ -101,8 +101,7 @@ def _recall(args: argparse.Namespace) -> int:
     if not text.endswith("\n"):
         text += "\n"
     sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode("utf-8"))
-    sys.stdout.buffer.flush()
+    write_stdout(text.encode("utf-8"))
     return 0
 
 

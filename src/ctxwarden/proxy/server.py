@@ -92,7 +92,11 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
     install_kill_switch_signal(app[STATE].kill_switch, loop)
     server = RunningServer(app, host, port)
     await server.start()
-    _log.warning("ctxwarden proxy listening on %s", server.url)
+    s = app[STATE].settings
+    _log.warning(  # at warning: shown at every log level
+        "ctxwarden proxy listening on %s (OpenAI upstream %s, Anthropic upstream %s, mode %s)",
+        server.url, s.openai_upstream, s.anthropic_upstream, s.mode or "config",
+    )  # fmt: skip
     try:
         await stop.wait()
     finally:
