@@ -95,6 +95,15 @@ async def test_malformed_json_is_400_naming_the_path(proxy: Proxy) -> None:
     assert status == 400 and body["type"] == "error"
     assert body["error"]["type"] == "invalid_request_error"
     assert len(proxy.fake.received) == 0  # nothing malformed went upstream
+    # each refusal's event says why and where, at warning, in the mode it was refused in
+    await proxy.state.drain()
+    events = [(e["level"], e["mode"], e["status"], e["error_type"], e["error_at"])
+              for e in proxy.recorder.events]  # fmt: skip
+    assert events == [
+        ("warning", "active", 400, "invalid_json", "/"),
+        ("warning", "active", 400, "malformed_request", "/messages/1/role"),
+        ("warning", "active", 400, "not_an_object", "/"),
+    ]
 
 
 async def test_condensed_body_past_the_cap_is_forwarded_untouched(

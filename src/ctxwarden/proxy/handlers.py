@@ -293,12 +293,14 @@ async def _condense_one(
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         if not await stdlib_parses_object(body):
+            _refused(record, quick, "invalid_json", "")
             return _error(family, 400, f"request body is not valid JSON: {exc}", param="")
         record.set(fallback_reason=_STDLIB_ONLY, fallbacks=1)
         if responses:
             return await _as_sent(ex, record, tenant, raw, decoded, stdlib=True)
         return await relay(ex, raw, record)
     if not isinstance(parsed, dict):
+        _refused(record, quick, "not_an_object", "")
         return _error(family, 400, "request body must be a JSON object at /", param="")
     if await may_hold_wide(body) and await has_wide_integer(body):
         # orjson reads an integer past 64 bits as a float: a rewrite would change it
@@ -324,6 +326,7 @@ async def _condense_one(
         )  # fmt: skip
     except _Malformed as exc:
         if exc.decision.mode == "active":
+            _refused(record, exc.decision, "malformed_request", exc.error.pointer)
             return _error(family, 400, f"malformed request: {exc.error}", param=exc.error.pointer)
         # shadow (a canary-out session too) is transparent: the upstream judges it
         where = f"malformed request at {exc.error.pointer or '/'}"
@@ -499,6 +502,14 @@ def _note_decision(
         canary_percent=state.settings.canary_percent,
         stream=bool(parsed.get("stream")),
     )
+
+
+def _refused(record: RequestRecord, decision: Decision, kind: str, pointer: str) -> None:
+    """The event of a request the proxy answers 400 itself: the mode it was refused in,
+    at warning, with what was wrong (``kind``) and where (a JSON pointer; no contents)."""
+    record.mode = decision.mode
+    record.level = "warning"
+    record.set(rollout_reason=decision.reason, error_type=kind, error_at=pointer or "/")
 
 
 def _note_failure(record: RequestRecord, failure: str | None) -> None:

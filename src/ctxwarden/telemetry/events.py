@@ -25,7 +25,7 @@ EVENT_FIELDS: frozenset[str] = frozenset(
     {
         "event", "level", "route", "api", "method", "mode", "rollout_reason",
         "canary_bucket", "canary_percent", "session", "tenant", "model", "stream",
-        "status", "error_type", "bytes_before", "bytes_after", "tokens_before",
+        "status", "error_type", "error_at", "bytes_before", "bytes_after", "tokens_before",
         "tokens_after", "tokens_saved", "saving_percent", "transforms", "rollbacks",
         "fallbacks", "fallback_reason", "band", "pressure", "references",
         "recall_injected", "recall_rounds", "recall_calls", "recall_errors",
