@@ -74,6 +74,14 @@ class EngineConfig(_Strict):
         "text of each); off by default, so reports and logs hold no message contents.",
     )
 
+    def __init__(self, **data: Any) -> None:
+        """Raises :class:`ConfigError` naming the first invalid key, as a config file
+        does (not pydantic's multi-line error)."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise config_error(exc) from None
+
 
 def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
     """One :class:`ConfigError` naming the first invalid key of a pydantic error."""

@@ -94,3 +94,23 @@ def test_a_content_part_of_an_unknown_type_is_opaque_and_renders_back(kind: Any)
     request = {"model": "m", "input": [{"role": "user", "content": [{"type": kind, "x": 1}]}]}
     conversation = adapter.parse(request)
     assert adapter.render(conversation) == request
+
+
+@pytest.mark.parametrize(
+    ("api", "request_body", "pointer"),
+    [
+        ("openai.chat", {"messages": [{"role": "user", "content": 5}]}, "/messages/0/content"),
+        ("openai.responses", {"input": 7}, "/input"),
+        ("openai.responses", {"input": [{"role": "user", "content": 1}]}, "/input/0/content"),
+        ("anthropic.messages", {"messages": [{"role": "user", "content": 3}]},
+         "/messages/0/content"),
+        ("anthropic.messages", {"system": 1, "messages": []}, "/system"),
+    ],
+)  # fmt: skip
+def test_where_a_string_would_do_the_error_says_so(
+    api: str, request_body: Any, pointer: str
+) -> None:
+    with pytest.raises(MalformedRequest) as info:
+        get_adapter(api).parse(request_body)
+    assert str(info.value).startswith("expected a string or an array, got ")
+    assert info.value.pointer == pointer

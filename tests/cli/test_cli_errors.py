@@ -306,3 +306,21 @@ def test_reading_commands_do_not_make_a_store(
     line = _fails(capsys, [*command, "--data-dir", str(where)])
     assert f"no store at {where / 'store.sqlite3'}" in line
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"mode": "fast"}, "mode: Input should be 'active', 'shadow' or 'exact'"),
+        ({"store": {"backend": "nope"}}, "store.backend: Input should be"),
+        ({"budget": {"window": 1}}, "budget.window: unknown key"),
+    ],
+)
+def test_a_library_config_error_is_one_line_naming_the_key(
+    values: dict[str, object], message: str
+) -> None:
+    """``EngineConfig(...)`` in code fails as a config file does, not with pydantic's
+    multi-line error."""
+    with pytest.raises(ConfigError) as info:
+        EngineConfig(**values)  # type: ignore[arg-type]
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)

@@ -288,6 +288,15 @@ def test_a_truncated_secret_file_is_an_error_naming_it(tmp_path: Path, size: int
         load_or_create_secret(tmp_path)
 
 
+def test_a_data_dir_that_cannot_be_made_is_an_error_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for folder, reason in ((blocker, "a file is in the way"), (blocker / "sub", "Not a directory")):
+        with pytest.raises(ConfigError) as info:
+            load_or_create_secret(folder)
+        assert str(info.value) == f"data_dir: cannot create {folder} ({reason})"
+
+
 def test_an_existing_secret_is_kept(tmp_path: Path) -> None:
     first = load_or_create_secret(tmp_path)
     assert load_or_create_secret(tmp_path) == first and len(first) == 32

@@ -47,10 +47,14 @@ def test_check_gates_judges_engine_configs_only(session_file: Path) -> None:
     assert "min_support" in failures[0] and "min_critical" in failures[1]
 
 
-def test_bad_gate_key_is_a_config_error(session_file: Path, tmp_path: Path) -> None:
+def test_bad_gate_key_is_a_config_error_naming_file_and_key(
+    session_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gates = tmp_path / "g.toml"
     gates.write_text("[gates]\nmin_speed = 1\n")
     assert main(["replay", str(session_file), "--quiet", "--strict", "--gates", str(gates)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"ctxwarden replay: error: {gates}: gates.min_speed: unknown key\n"
 
 
 def test_sessions_sharing_an_id_do_not_share_engine_state(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from ctxwarden.adapters.base import (
     check_pairing,
     expect,
     expect_object,
+    expect_text_or_list,
     item_memo,
     optional_str,
     parse_items,
@@ -68,7 +69,7 @@ def _result_content(content: Any, path: Path) -> tuple[ContentPart, ...]:
         return ()
     if isinstance(content, str):
         return (TextPart(text=content, path=path),)
-    blocks = expect(content, list, path)
+    blocks = expect_text_or_list(content, path)
     return tuple(
         _simple_block(expect_object(b, (*path, j)), (*path, j)) for j, b in enumerate(blocks)
     )
@@ -109,7 +110,7 @@ def _message(value: Any, path: Path) -> Message:
     if isinstance(content, str):
         parts: tuple[Part, ...] = (TextPart(text=content, path=content_path),)
     else:
-        blocks = expect(content, list, content_path)
+        blocks = expect_text_or_list(content, content_path)
         parts = tuple(_block(b, (*content_path, j)) for j, b in enumerate(blocks))
     return Message(role=role, parts=parts, path=path)
 
@@ -119,7 +120,7 @@ def _system(value: Any) -> tuple[Part, ...]:
         return ()
     if isinstance(value, str):
         return (TextPart(text=value, path=("system",)),)
-    blocks = expect(value, list, ("system",))
+    blocks = expect_text_or_list(value, ("system",))
     return tuple(
         _simple_block(expect_object(b, ("system", j)), ("system", j)) for j, b in enumerate(blocks)
     )

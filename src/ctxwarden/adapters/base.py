@@ -26,6 +26,7 @@ __all__ = [
     "check_pairing",
     "expect",
     "expect_object",
+    "expect_text_or_list",
     "item_memo",
     "json_text",
     "optional_str",
@@ -97,6 +98,15 @@ def expect(value: Any, kind: type[T], path: Path) -> T:
         return value
     got = type(value).__name__ if value is not None else "null"
     raise MalformedRequest(f"expected {_TYPE_NAMES.get(kind, kind.__name__)}, got {got}", path)
+
+
+def expect_text_or_list(value: Any, path: Path) -> list[Any]:
+    """``value`` as a list where a string is valid too (the caller took the string):
+    else a :class:`MalformedRequest` at ``path`` that names both."""
+    if isinstance(value, list):
+        return value
+    got = type(value).__name__ if value is not None else "null"
+    raise MalformedRequest(f"expected a string or an array, got {got}", path)
 
 
 def expect_object(value: Any, path: Path) -> dict[str, Any]:

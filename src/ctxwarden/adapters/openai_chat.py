@@ -10,6 +10,7 @@ from ctxwarden.adapters.base import (
     check_pairing,
     expect,
     expect_object,
+    expect_text_or_list,
     item_memo,
     optional_str,
     parse_items,
@@ -49,7 +50,7 @@ def _content_parts(
         return ()
     if isinstance(content, str):
         return (TextPart(text=content, path=path, safety=text_safety),)
-    items = expect(content, list, path)
+    items = expect_text_or_list(content, path)
     parts: list[ContentPart] = []
     for j, item in enumerate(items):
         item_path = (*path, j)

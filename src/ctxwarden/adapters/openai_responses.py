@@ -17,6 +17,7 @@ from ctxwarden.adapters.base import (
     check_pairing,
     expect,
     expect_object,
+    expect_text_or_list,
     item_memo,
     optional_str,
     parse_items,
@@ -59,7 +60,7 @@ def _content_parts(
     if isinstance(content, str):
         return (TextPart(text=content, path=path, safety=text_safety),)
     parts: list[ContentPart] = []
-    for j, item in enumerate(expect(content, list, path)):
+    for j, item in enumerate(expect_text_or_list(content, path)):
         item_path = (*path, j)
         block = expect_object(item, item_path)
         kind = block.get("type")
@@ -173,7 +174,7 @@ def parse(wire: Any) -> Conversation:
         text = TextPart(text=raw_input, path=("input",))
         messages = (Message(role="user", parts=(text,), path=("input",)),)
     else:
-        items = expect(raw_input, list, ("input",))
+        items = expect_text_or_list(raw_input, ("input",))
         messages, hashes = parse_items(items, "input", _item, _MEMO)
     system: tuple[Part, ...] = ()
     instructions = optional_str(body, "instructions", ())

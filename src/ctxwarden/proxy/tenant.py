@@ -37,7 +37,11 @@ def load_or_create_secret(data_dir: str | Path) -> bytes:
     :class:`~ctxwarden.errors.ConfigError` naming it; replacing it silently would
     orphan every stored artifact."""
     folder = Path(data_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission, a read-only volume
+        reason = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
+        raise ConfigError(f"cannot create {folder} ({reason or exc})", "data_dir") from None
     path = folder / _SECRET_FILE
     try:
         return _checked(path, path.read_bytes())

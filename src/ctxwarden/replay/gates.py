@@ -59,11 +59,11 @@ def load_gates(path: str | Path | None) -> Gates:
     data = read_toml(path)
     table: Any = data.get("gates", {})
     if not isinstance(table, dict):
-        raise ConfigError("must be a table", "gates")
+        raise ConfigError("must be a table", "gates", str(path))
     try:
         return Gates.model_validate(table)
     except ValidationError as exc:
-        raise config_error(exc, "gates") from exc
+        raise config_error(exc, "gates").in_file(path) from exc
 
 
 def _judged(result: ReplayResult) -> list[Any]:
