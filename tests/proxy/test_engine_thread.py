@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import threading
 import time
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import aiohttp
 import orjson
@@ -290,3 +292,39 @@ async def test_a_header_request_never_overtakes_a_queued_condense_of_its_session
         assert await active == 200
         await proxy.state.drain()
     assert modes == ["shadow", "active"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_many_submitters_cancels_and_a_shutdown_leave_every_job_settled(seed: int) -> None:
+    """Six threads submit to random lanes and cancel at random while another shuts the
+    executor down: every future ends run or cancelled, none waits, the lanes are empty."""
+    thread = EngineThread("test-engine")
+    futures: list[Future[int]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(7)
+
+    def submit(k: int) -> None:
+        rng = random.Random(seed * 10 + k)
+        ways = (thread, thread.background, thread.in_order)
+        start.wait()
+        for n in range(40):
+            try:
+                future = rng.choice(ways).submit(int, n)
+            except RuntimeError:  # shut down meanwhile
+                return
+            if rng.random() < 0.3:
+                future.cancel()
+            with lock:
+                futures.append(future)
+
+    workers = [threading.Thread(target=submit, args=(k,)) for k in range(6)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    thread.shutdown(wait=True, cancel_futures=seed % 2 == 0)
+    for worker in workers:
+        worker.join(HOLD_SECONDS)
+    thread.shutdown(wait=True)
+    for future in futures:
+        assert future.cancelled() or future.result(HOLD_SECONDS) >= 0
+    assert thread.queued() == (0, 0)
