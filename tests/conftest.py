@@ -15,7 +15,7 @@ from ctxwarden.io import bundled_sessions
 from ctxwarden.memo import DEFAULT_MEMO_BUDGET, set_memo_budget
 
 settings.register_profile("ci", derandomize=True, database=None)
-if os.environ.get("CI"):
+if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off"):
     # CI runs the same examples every time (a red CI must mean a change broke
     # something); runs elsewhere draw new ones, which is how hypothesis finds new bugs
     settings.load_profile("ci")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
@@ -74,13 +74,16 @@ class EngineConfig(_Strict):
         "text of each); off by default, so reports and logs hold no message contents.",
     )
 
-    def __init__(self, **data: Any) -> None:
-        """Raises :class:`ConfigError` naming the first invalid key, as a config file
-        does (not pydantic's multi-line error)."""
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise config_error(exc) from None
+    if not TYPE_CHECKING:  # type checkers keep pydantic's own signature (field names)
+
+        def __init__(self, **data: Any) -> None:
+            """Raises :class:`ConfigError` naming the first invalid key, as a config
+            file does (not pydantic's multi-line error); so do ``model_validate`` and
+            ``model_validate_json`` of a mapping."""
+            try:
+                super().__init__(**data)
+            except ValidationError as exc:
+                raise config_error(exc) from None
 
 
 def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:

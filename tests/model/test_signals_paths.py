@@ -31,17 +31,21 @@ def test_run_start_guards_find_what_every_position_finds(text: str) -> None:
     for _, path in found:  # each is a path by the unguarded pattern
         assert _EVERY_POSITION.fullmatch(path)
     for m in _EVERY_POSITION.finditer(text):  # and none is lost but one glued to a word
-        if m.start() == 0 or text[m.start() - 1] not in _PATH_CHARS:
+        glue = _PATH_CHARS if "/" in m.group(0) else _NAME_CHARS
+        if m.start() == 0 or text[m.start() - 1] not in glue:
             assert (m.start(), m.group(0)) in found
 
 
-_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-é")
-"""Characters that continue a path run (``\\w`` of the pieces, dots and dashes): a match
-starting right after one is glued to what precedes it (``a.py-.py`` gave ``-.py``)."""
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-é")
+_PATH_CHARS = _NAME_CHARS | {"."}
+"""Characters that continue a run (``\\w`` of the pieces and dashes; dots too in a
+path with a slash): a match starting right after one is glued to what precedes it
+(``a.py-.py`` gave ``-.py``). A bare file name may follow a dot (``.test.py``)."""
 
 
 def test_a_match_glued_to_a_word_is_not_a_path() -> None:
     assert [m.group(0) for m in _PATH_RE.finditer("a.py-.py x a.py-a.py")] == ["a.py", "a.py"]
+    assert [m.group(0) for m in _PATH_RE.finditer("open .test.py")] == ["test.py"]
 
 
 def test_paths_in_a_long_word_and_around_it() -> None:

@@ -18,6 +18,7 @@ import pytest
 from ctxwarden.cli import build_parser
 from ctxwarden.cli.serve import env_flag, settings_from_args
 from ctxwarden.errors import ConfigError
+from ctxwarden.proxy.server import _without_credentials
 from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
 
 
@@ -126,6 +127,10 @@ def test_serve_with_bundled_fake_upstream_is_one_command(tmp_path: Path) -> None
         out, err = proxy.communicate(timeout=15)
     assert proxy.returncode == 0
     assert b"fake upstream listening on http://127.0.0.1:" in out
+    fake_url = out.decode().split("fake upstream listening on ")[1].split()[0]
+    assert (
+        f"(OpenAI upstream {fake_url}, Anthropic upstream {fake_url}, mode active)" in err.decode()
+    )
     modes = [line for line in err.decode().splitlines() if '"route":"chat"' in line]
     assert ['"mode":"active"' in m for m in modes] == [True, False]
     assert '"mode":"exact"' in modes[1]
@@ -215,3 +220,15 @@ def test_a_mistyped_fake_upstream_variable_stops_serve_naming_it(tmp_path: Path)
         "ctxwarden serve: error: CTXWARDEN_FAKE_UPSTREAM: "
         "'ture' is not 1/true/yes/on or 0/false/no/off"
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "logged"),
+    [
+        ("https://api.openai.com", "https://api.openai.com"),
+        ("https://user:sk-secret@gw.example:8443/v1", "https://gw.example:8443/v1"),
+        ("http://sk-secret@[::1]:9/x", "http://[::1]:9/x"),
+    ],
+)
+def test_the_listening_line_leaves_credentials_out_of_upstreams(url: str, logged: str) -> None:
+    assert _without_credentials(url) == logged

@@ -235,3 +235,19 @@ async def test_a_port_in_use_fails_start_and_closes_the_upstream_client(
         await RunningServer(app, port=port).start()
     upstream = app[STATE].upstream
     assert upstream is not None and upstream.session.closed
+
+
+async def test_a_shadow_request_that_is_no_json_object_is_forwarded_as_sent(
+    make_proxy: ProxyFactory,
+) -> None:
+    """Shadow is transparent: the upstream, not the proxy, judges a body it cannot read."""
+    async with make_proxy(mode="shadow") as proxy:
+        url = proxy.openai_url + "/chat/completions"
+        for raw, kind in ((b'{"model": "gpt-4o", "messages": [', "invalid_json"),
+                          (b"[1, 2]", "not_an_object")):  # fmt: skip
+            status, _ = await _post(url, raw)
+            assert proxy.fake.received[-1].body == raw
+            await proxy.state.drain()
+            event = proxy.recorder.events[-1]
+            assert (event["mode"], event["error_type"], event["status"]) == (
+                "shadow", kind, status)  # fmt: skip

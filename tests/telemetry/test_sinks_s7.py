@@ -44,3 +44,26 @@ def test_an_unwritable_log_stream_and_a_failing_sink_do_not_raise(
     for status in (200, 502):
         fanout.emit({"event": "request", "route": "chat", "status": status, "level": "error"})
     assert [e["status"] for e in recorder.events] == [200, 502]
+
+
+@pytest.mark.parametrize(
+    ("level", "written"), [("error", "error"), ("warning", "warning"), ("info", "info"),
+                           (None, "info")],
+)  # fmt: skip
+def test_a_log_line_has_the_level_of_its_event(level: str | None, written: str) -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger(f"ctxwarden.test-levels-{level}")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)  # a warning line is kept at --log-level warning
+    logger.propagate = False
+    try:
+        LogSink(logger).emit({"event": "request", "status": 400, "level": level})
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    if written == "info":
+        assert lines == []
+    else:
+        assert len(lines) == 1 and f'"level":"{written}"' in lines[0]

@@ -144,9 +144,14 @@ def write_stdout(data: bytes) -> None:
     """Write all of ``data`` to stdout. A pipe whose reader has gone (``| head``) may
     take part of one large write and report it as done: the rest is written again, so
     the closed pipe raises :class:`BrokenPipeError` (status 141) instead of the output
-    ending short with status 0."""
+    ending short with status 0; stdout then points at ``/dev/null``, so the bytes still
+    buffered do not fail again at exit (status 120)."""
     out = sys.stdout.buffer
     view = memoryview(data)
-    while view:
-        view = view[out.write(view) :]
-    out.flush()
+    try:
+        while view:
+            view = view[out.write(view) :]
+        out.flush()
+    except BrokenPipeError:  # what is still buffered must not fail again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise

@@ -90,7 +90,7 @@ def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
             try:
                 gates = Gates.model_validate(table)
             except ValidationError as exc:
-                raise config_error(exc, "gates") from exc
+                raise config_error(exc, "gates").in_file(path) from exc
     configs.extend(f"preset:{name}" for name in args.preset)
     return configs or ["default"], gates
 

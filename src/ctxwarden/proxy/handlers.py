@@ -293,6 +293,8 @@ async def _condense_one(
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         if not await stdlib_parses_object(body):
+            if quick.mode == "shadow":  # transparent: the upstream judges it
+                return await _unread_shadow(ex, record, quick, raw, "invalid_json")
             _refused(record, quick, "invalid_json", "")
             return _error(family, 400, f"request body is not valid JSON: {exc}", param="")
         record.set(fallback_reason=_STDLIB_ONLY, fallbacks=1)
@@ -300,6 +302,8 @@ async def _condense_one(
             return await _as_sent(ex, record, tenant, raw, decoded, stdlib=True)
         return await relay(ex, raw, record)
     if not isinstance(parsed, dict):
+        if quick.mode == "shadow":
+            return await _unread_shadow(ex, record, quick, raw, "not_an_object")
         _refused(record, quick, "not_an_object", "")
         return _error(family, 400, "request body must be a JSON object at /", param="")
     if await may_hold_wide(body) and await has_wide_integer(body):
@@ -502,6 +506,16 @@ def _note_decision(
         canary_percent=state.settings.canary_percent,
         stream=bool(parsed.get("stream")),
     )
+
+
+async def _unread_shadow(
+    ex: Exchange, record: RequestRecord, decision: Decision, raw: bytes, kind: str
+) -> web.StreamResponse:
+    """A shadow request whose body is no JSON object: forwarded as sent, as a shadow
+    request always is (the upstream judges it); its event says what it was."""
+    record.mode = decision.mode
+    record.set(rollout_reason=decision.reason, error_type=kind, error_at="/")
+    return await relay(ex, raw, record)
 
 
 def _refused(record: RequestRecord, decision: Decision, kind: str, pointer: str) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import signal
 from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
@@ -92,10 +93,12 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
     install_kill_switch_signal(app[STATE].kill_switch, loop)
     server = RunningServer(app, host, port)
     await server.start()
-    s = app[STATE].settings
+    state = app[STATE]
+    s = state.settings
     _log.warning(  # at warning: shown at every log level
         "ctxwarden proxy listening on %s (OpenAI upstream %s, Anthropic upstream %s, mode %s)",
-        server.url, s.openai_upstream, s.anthropic_upstream, s.mode or "config",
+        server.url, _without_credentials(s.openai_upstream),
+        _without_credentials(s.anthropic_upstream), s.mode or state.engine.config.mode,
     )  # fmt: skip
     try:
         await stop.wait()
@@ -104,3 +107,15 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
         await server.stop()
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` for a log line: a user name or password in it is left out."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))

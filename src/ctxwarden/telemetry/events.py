@@ -66,19 +66,23 @@ class MemoryRecorder:
         self.events.clear()
 
 
+_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING}
+
+
 class LogSink:
     """One log record per event on logger ``ctxwarden.requests``.
 
     The event rides on the record as ``record.ctx`` so that
     :class:`~ctxwarden.telemetry.logs.JsonFormatter` writes it as one JSON line.
-    Level is ``error`` when the event says so (store failures, proxy faults).
+    Level is the event's: ``error`` (store failures, proxy faults), ``warning`` (load
+    signals, refused requests), else ``info``.
     """
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger or logging.getLogger("ctxwarden.requests")
 
     def emit(self, event: Mapping[str, Any]) -> None:
-        level = logging.ERROR if event.get("level") == "error" else logging.INFO
+        level = _LEVELS.get(str(event.get("level")), logging.INFO)
         if self.logger.isEnabledFor(level):
             self.logger.log(level, "request", extra={"ctx": dict(event)})
 
