@@ -297,6 +297,18 @@ def test_a_data_dir_that_cannot_be_made_is_an_error_naming_it(tmp_path: Path) ->
         assert str(info.value) == f"data_dir: cannot create {folder} ({reason})"
 
 
+def test_a_data_dir_that_cannot_be_written_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*args: object, **kwargs: object) -> int:  # a read-only volume
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "open", refused)
+    with pytest.raises(ConfigError) as info:
+        load_or_create_secret(tmp_path)
+    assert str(info.value) == f"data_dir: cannot write in {tmp_path} (Permission denied)"
+
+
 def test_an_existing_secret_is_kept(tmp_path: Path) -> None:
     first = load_or_create_secret(tmp_path)
     assert load_or_create_secret(tmp_path) == first and len(first) == 32

@@ -39,7 +39,7 @@ def load_or_create_secret(data_dir: str | Path) -> bytes:
     folder = Path(data_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file in the way, no permission, a read-only volume
+    except OSError as exc:  # a file in the way, no permission
         reason = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
         raise ConfigError(f"cannot create {folder} ({reason or exc})", "data_dir") from None
     path = folder / _SECRET_FILE
@@ -49,7 +49,10 @@ def load_or_create_secret(data_dir: str | Path) -> bytes:
         pass
     fresh = secrets.token_bytes(32)
     tmp = folder / f".{_SECRET_FILE}.{os.getpid()}.{secrets.token_hex(8)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:  # no permission, a read-only volume
+        raise ConfigError(f"cannot write in {folder} ({exc.strerror or exc})", "data_dir") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(fresh)
