@@ -29,7 +29,14 @@ from hypothesis import strategies as st
 
 from ctxwarden import Engine
 from ctxwarden.breakpoints import MAX_BREAKPOINTS
-from ctxwarden.proxy import RECALL_TOOL_NAME, FakeUpstream, ProxySettings, RunningServer, build_app
+from ctxwarden.proxy import (
+    RECALL_TOOL_NAME,
+    FakeUpstream,
+    ProxySettings,
+    RunningServer,
+    build_app,
+    canary_bucket,
+)
 from ctxwarden.proxy.state import STATE
 from ctxwarden.telemetry import MemoryRecorder
 from tests.passes.convo import FORCE, make_engine, refs_in
@@ -57,7 +64,8 @@ class LiveProxy:
     """The package's fake upstream and a proxy (aggressive preset, every proposal
     adopted) in front of it, on an event loop in a daemon thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, canary_percent: float = 100.0) -> None:
+        self.canary_percent = canary_percent
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.engine: Engine = make_engine("aggressive", FORCE)
@@ -86,7 +94,10 @@ class LiveProxy:
     async def _open(self) -> None:
         await self._stack.enter_async_context(self.fake)
         settings = ProxySettings(
-            openai_upstream=self.fake.url, anthropic_upstream=self.fake.url, max_engine_wait=0.0
+            openai_upstream=self.fake.url,
+            anthropic_upstream=self.fake.url,
+            max_engine_wait=0.0,
+            canary_percent=self.canary_percent,
         )
         app = build_app(self.engine, settings, sinks=[self.recorder], tenant_secret=SECRET)
         server = await self._stack.enter_async_context(RunningServer(app))
@@ -138,6 +149,12 @@ class LiveProxy:
 @pytest.fixture(scope="module")
 def live() -> Iterator[LiveProxy]:
     with LiveProxy() as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def live_canary() -> Iterator[LiveProxy]:
+    with LiveProxy(canary_percent=50) as proxy:
         yield proxy
 
 
@@ -236,6 +253,26 @@ def test_a_session_reaches_the_upstream_with_every_invariant(
     for end in _turns(wire[key]):
         request = {**wire, key: wire[key][:end]}
         check(live, request, live.send(path, request, session))
+
+
+@PROPERTY
+@given(wire=chat_requests())
+def test_under_a_canary_a_session_outside_reaches_the_upstream_byte_for_byte(
+    live_canary: LiveProxy, wire: dict[str, Any]
+) -> None:
+    """A session outside the canary is relayed exactly as sent on every turn (its
+    condense is telemetry only); one inside keeps every invariant."""
+    session = live_canary.new_session()
+    outside = canary_bucket(session) >= 50
+    for end in _turns(wire["messages"]):
+        request = {**wire, "messages": wire["messages"][:end]}
+        got = live_canary.send("/v1/chat/completions", request, session)
+        event = live_canary.recorder.events[-1]
+        assert event["rollout_reason"] == ("canary_out" if outside else "canary_in")
+        if outside:
+            assert live_canary.fake.received[-1].body == orjson.dumps(request)
+        else:
+            _check_chat(live_canary, request, got)
 
 
 def test_a_long_chat_session_is_condensed_on_its_way_upstream(live: LiveProxy) -> None:
