@@ -17,7 +17,9 @@ planned per session) -> validate -> render.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -72,6 +74,7 @@ class Engine:
         self._observed: dict[str, int] = {}
         self._store = store
         self._condenser: Condenser | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def from_file(cls, path: str | Path) -> Engine:
@@ -132,7 +135,36 @@ class Engine:
         mode: Mode | None = None,
         tenant: str = DEFAULT_TENANT,
     ) -> CondenseResult:
-        """Condense one request (see module contract)."""
+        """Condense one request (see module contract). Safe to call from several
+        threads: an engine condenses one request at a time, in the order the calls
+        take its lock (a session's requests are condensed in the order they come)."""
+        with self._lock:
+            return self._condense(request, api, session=session, mode=mode, tenant=tenant)
+
+    async def acondense(
+        self,
+        request: Mapping[str, Any],
+        api: str = "openai.chat",
+        *,
+        session: str | None = None,
+        mode: Mode | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> CondenseResult:
+        """:meth:`condense` in a worker thread, for asyncio callers: the event loop
+        runs on meanwhile."""
+        return await asyncio.to_thread(
+            self.condense, request, api, session=session, mode=mode, tenant=tenant
+        )
+
+    def _condense(
+        self,
+        request: Mapping[str, Any],
+        api: str,
+        *,
+        session: str | None,
+        mode: Mode | None,
+        tenant: str,
+    ) -> CondenseResult:
         started = time.perf_counter()
         mode = mode or self.config.mode
         adapter = get_adapter(api)

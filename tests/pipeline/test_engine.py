@@ -3,6 +3,8 @@ stability between compaction steps, recall, modes and what the report may contai
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -545,3 +547,45 @@ def test_a_memo_budget_bounds_what_memos_keep_and_changes_no_byte() -> None:
         assert 0 < memo_weight() <= budget
     finally:
         set_memo_budget(DEFAULT_MEMO_BUDGET)
+
+
+def _sessions_in_turn(count: int) -> dict[str, list[dict[str, Any]]]:
+    return {f"s{k}": _requests(path) for k, path in enumerate(SESSIONS[:count])}
+
+
+def test_several_threads_on_one_engine_give_the_bytes_of_one_thread() -> None:
+    """Library callers may share an engine between threads: each session's requests,
+    condensed concurrently with the others', give the bytes they give alone."""
+    sessions = _sessions_in_turn(3)
+    alone = make_engine("balanced", FORCE)
+    expected = {s: [dumps(alone.condense(r, session=s).request) for r in rs]
+                for s, rs in sessions.items()}  # fmt: skip
+    shared = make_engine("balanced", FORCE)
+    got: dict[str, list[bytes]] = {}
+    start = threading.Barrier(len(sessions))
+
+    def run(name: str) -> None:
+        start.wait()
+        got[name] = [dumps(shared.condense(r, session=name).request) for r in sessions[name]]
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert got == expected
+    assert any(g != dumps(r) for s in got for g, r in zip(got[s], sessions[s], strict=True))
+
+
+async def test_acondense_gives_the_bytes_of_condense() -> None:
+    sessions = _sessions_in_turn(2)
+    alone = make_engine("balanced", FORCE)
+    expected = {s: [dumps(alone.condense(r, session=s).request) for r in rs]
+                for s, rs in sessions.items()}  # fmt: skip
+    engine = make_engine("balanced", FORCE)
+
+    async def run(name: str) -> list[bytes]:
+        return [dumps((await engine.acondense(r, session=name)).request) for r in sessions[name]]
+
+    results = await asyncio.gather(*(run(name) for name in sessions))
+    assert dict(zip(sessions, results, strict=True)) == expected
