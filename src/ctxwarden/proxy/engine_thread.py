@@ -16,7 +16,7 @@ foreground one by what is left of it.
 
 The background lane is for the condenses of sessions outside the canary: telemetry
 only, relayed before they are condensed, so that they do not delay requests whose
-clients wait for their condense (see :func:`ctxwarden.proxy.handlers._lane`).
+clients wait for their condense (see :func:`ctxwarden.proxy.sides.lane`).
 
 A job cancelled while it waits leaves its lane at once (with what it holds, a parsed
 request body among it). The thread is a daemon: the app shuts it down (and joins it)

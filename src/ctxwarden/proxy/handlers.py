@@ -33,17 +33,15 @@ else in the store). Only a request whose key cannot be derived there (one the en
 read) is bucketed on the engine thread. A session outside the canary is condensed in
 the engine thread's background lane, only while no request whose client waits is
 queued; a request that may share a session with one of those queues behind them
-(:func:`_lane`).
+(:func:`ctxwarden.proxy.sides.lane`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import logging
 import time
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +50,7 @@ from aiohttp import web
 
 from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import Mode
-from ctxwarden.errors import MalformedRequest, StoreError
+from ctxwarden.errors import MalformedRequest
 from ctxwarden.proxy.bodies import DecodedBody
 from ctxwarden.proxy.dialects import DIALECTS
 from ctxwarden.proxy.engine_wait import run_within
@@ -86,12 +84,17 @@ from ctxwarden.proxy.request_bodies import (
 )
 from ctxwarden.proxy.rollout import (
     Decision,
-    canary_name,
-    decide,
-    head_canary_key,
     header_mode,
 )
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
+from ctxwarden.proxy.sides import (
+    bucketed,
+    canary_decision,
+    lane,
+    quick_decision,
+    splits,
+    unsplit,
+)
 from ctxwarden.proxy.state import STATE, Hold, ProxyState, RequestRecord
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
@@ -260,7 +263,7 @@ async def _condense_one(
     wanted = header_mode(request.headers.get("x-ctxwarden-mode"))
     server_mode: Mode = state.settings.mode or state.engine.config.mode
     session = request.headers.get("x-ctxwarden-session") or None
-    quick = _quick_decision(state, wanted, server_mode, session)
+    quick = quick_decision(state, wanted, server_mode, session)
     tenant = state.tenants.for_headers(request.headers)
     responses = api == "openai.responses"
     cap = state.settings.max_body_bytes
@@ -314,8 +317,8 @@ async def _condense_one(
         return await relay(ex, raw, record)
     # recall answers a stored response the client continues still owes (see owed.py)
     owed = await owed_for(state, tenant, parsed) if responses else []
-    if _splits(state, session, wanted, server_mode):  # its canary side, off the engine thread
-        quick = await _canary_decision(state, parsed, api, wanted, server_mode, tenant, quick)
+    if splits(state, session, wanted, server_mode):  # its canary side, off the engine thread
+        quick = await canary_decision(state, parsed, api, wanted, server_mode, tenant, quick)
     if quick.key is not None and responses and stored(parsed):
         ex.canary = (tenant, quick.key)  # kept under the id of the answer (rollout.py)
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
@@ -325,7 +328,7 @@ async def _condense_one(
     wait = state.settings.max_engine_wait
     try:
         ran, outcome = await run_within(
-            _lane(state, quick), wait,
+            lane(state, quick), wait,
             _condense_sync, state, parsed, api, session, wanted, server_mode, tenant, decided,
         )  # fmt: skip
     except _Malformed as exc:
@@ -339,7 +342,7 @@ async def _condense_one(
         decision, result, failure = outcome  # a result, or a failure that says why not
     else:  # the engine thread is behind: sent uncondensed
         # (the kill switch may have come on meanwhile: then exact, without the recall tool)
-        decision = _unsplit(state, wanted, server_mode) if state.kill_switch.engaged else quick
+        decision = unsplit(state, wanted, server_mode) if state.kill_switch.engaged else quick
         result, failure = None, None
         record.level = "warning"  # a load signal, counted as a limit fallback
         model = parsed.get("model")
@@ -392,20 +395,6 @@ async def _condense_one(
         ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
     return await relay(ex, out, record)
-
-
-def _quick_decision(
-    state: ProxyState, wanted: Mode | None, server_mode: Mode, session: str | None
-) -> Decision:
-    """The mode as far as it is known before reading the body: the kill switch, the
-    mode header, the server mode, and the canary side of a session the client named
-    (bucketed by its name, as on the engine thread). A session without a name stays
-    ``active`` here: its side is told by :func:`_canary_decision`, off the engine
-    thread."""
-    quick = _unsplit(state, wanted, server_mode)
-    if quick.mode != "active" or quick.reason != "server" or session is None:
-        return quick
-    return _split_by(state, wanted, server_mode, session)
 
 
 async def _as_sent(
@@ -534,7 +523,7 @@ def _note_failure(record: RequestRecord, failure: str | None) -> None:
 SHADOW_BACKLOG = 64
 """Shadow condenses pending at most: past it a shadow request is relayed without one.
 The client no longer waits for them (the back-pressure it gave); those of sessions
-outside the canary queue behind every active request (see :func:`_lane`)."""
+outside the canary queue behind every active request (see :func:`lane`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,7 +579,7 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
     try:
         try:
             ran, outcome = await run_within(
-                _lane(state, job.decision), wait, _condense_sync, state, job.parsed, job.api,
+                lane(state, job.decision), wait, _condense_sync, state, job.parsed, job.api,
                 job.session, job.wanted, job.server_mode, job.tenant, job.decision,
             )  # fmt: skip
         except _Malformed as exc:  # forwarded as sent: the upstream judges it
@@ -615,26 +604,6 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
     except Exception as exc:  # a broken shadow result costs its event fields, no more
         _log.error("shadow condense failed: %s", type(exc).__name__)
         _note_failure(record, type(exc).__name__)
-
-
-def _lane(state: ProxyState, decision: Decision) -> Executor:
-    """Where a request's condense queues on the engine thread (:mod:`.engine_thread`),
-    by the decision told before it:
-
-    - outside the canary: the background lane, behind every request whose client waits
-      for its condense;
-    - inside the canary: the foreground lane, ahead of those background jobs (the split
-      puts a session wholly on one side: none of them is of its session);
-    - any other (the server mode or a header decided it, or the split is left to the
-      engine thread): the foreground lane behind every background job queued so far,
-      since its session may have some (a header can send one request of a session
-      outside the canary as active), and a session's requests never overtake one
-      another."""
-    if decision.reason == "canary_out":
-        return state.executor.background
-    if decision.reason == "canary_in":
-        return state.executor
-    return state.executor.in_order
 
 
 def _uses_tools(request: dict[str, Any]) -> bool:
@@ -685,7 +654,7 @@ def _condense_sync(
     decision: Decision | None = decided
     try:
         if decision is None:
-            decision = _bucketed(state, parsed, api, session, wanted, server_mode, tenant)
+            decision = bucketed(state, parsed, api, session, wanted, server_mode, tenant)
         items = parsed.get("messages", parsed.get("input"))
         if isinstance(items, list) and len(items) > settings.max_messages:
             return decision, None, f"limit: {len(items)} messages > {settings.max_messages}"
@@ -693,119 +662,10 @@ def _condense_sync(
                                  tenant=tenant)  # fmt: skip
         return decision, result, None
     except MalformedRequest as exc:
-        raise _Malformed(exc, decision or _unsplit(state, wanted, server_mode)) from exc
+        raise _Malformed(exc, decision or unsplit(state, wanted, server_mode)) from exc
     except Exception as exc:  # ctxwarden must never fail a forwardable request
         _log.error("condense failed, sending the original: %s", type(exc).__name__)
-        return decision or _unsplit(state, wanted, server_mode), None, type(exc).__name__
-
-
-def _splits(state: ProxyState, session: str | None, wanted: Mode | None, server_mode: Mode) -> bool:
-    """Whether a request without a session header is split by the canary (by a key
-    :func:`_canary_key` derives)."""
-    return (
-        session is None and wanted is None and server_mode == "active"
-        and state.settings.canary_percent < 100 and not state.kill_switch.engaged
-    )  # fmt: skip
-
-
-async def _canary_decision(
-    state: ProxyState, parsed: dict[str, Any], api: str, wanted: Mode | None,
-    server_mode: Mode, tenant: str, quick: Decision,
-) -> Decision:  # fmt: skip
-    """The canary side of a request without a session header, told before its condense
-    and off the engine thread, so a request outside the canary never waits for that
-    thread: its key is the one remembered in memory for the response it continues, or
-    read from the store, or derived from the head of its history in a worker thread
-    (:func:`~ctxwarden.proxy.rollout.canary_head`). ``quick`` when the key cannot be
-    derived here (a request the engine cannot read): the engine thread then decides,
-    as before, and reports what it could not read."""
-    previous = _previous_id(parsed, api)
-    key = state.canary_keys.get((tenant, previous)) if previous else None
-    loop = asyncio.get_running_loop()
-    try:
-        if key is None and previous:  # a store read, in the store pool
-            key = await loop.run_in_executor(
-                state.store_reads, _stored_key, state, tenant, previous
-            )
-        if key is None:
-            key = await asyncio.to_thread(_derived_key, state, parsed, api)
-    except Exception:  # malformed, or anything else: the engine thread's to judge
-        return quick
-    return _keyed(_split_by(state, wanted, server_mode, key), key)
-
-
-def _bucketed(
-    state: ProxyState, parsed: dict[str, Any], api: str, session: str | None,
-    wanted: Mode | None, server_mode: Mode, tenant: str,
-) -> Decision:  # fmt: skip
-    """The request's decision with its canary side (see :func:`_condense_sync`)."""
-    if not _splits(state, session, wanted, server_mode):
-        return _split_by(state, wanted, server_mode, session)
-    key = _canary_key(state, parsed, api, tenant)
-    return _keyed(_split_by(state, wanted, server_mode, key), key)
-
-
-def _unsplit(state: ProxyState, wanted: Mode | None, server_mode: Mode) -> Decision:
-    """The decision before any canary split: kill switch, mode header, server mode."""
-    return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                  canary_percent=100, session=None)  # fmt: skip
-
-
-def _split_by(
-    state: ProxyState, wanted: Mode | None, server_mode: Mode, key: str | None
-) -> Decision:
-    """The decision with the canary split applied to the session ``key``."""
-    return decide(kill_switch=state.kill_switch, header=wanted, server_mode=server_mode,
-                  canary_percent=state.settings.canary_percent, session=key)  # fmt: skip
-
-
-def _keyed(decision: Decision, key: str) -> Decision:
-    """``decision`` carrying the derived canary ``key`` it was bucketed by (kept under
-    the Responses id of its answer), when the split bucketed it at all."""
-    return dataclasses.replace(decision, key=key) if decision.bucket is not None else decision
-
-
-def _canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
-    """On the engine thread: the key a request without a session header is bucketed by
-    (:func:`_remembered_key`, else :func:`_derived_key`). Raises what the parse
-    raises."""
-    return _remembered_key(state, parsed, api, tenant) or _derived_key(state, parsed, api)
-
-
-def _remembered_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str | None:
-    """For a Responses continuation, the canary key remembered for the response it
-    continues: in this process's memory, else in the store (a blocking read); ``None``
-    for any other request, or an id the proxy does not know (:mod:`.rollout`)."""
-    previous = _previous_id(parsed, api)
-    if not previous:
-        return None
-    return state.canary_keys.get((tenant, previous)) or _stored_key(state, tenant, previous)
-
-
-def _previous_id(parsed: dict[str, Any], api: str) -> str | None:
-    """The ``previous_response_id`` a Responses request continues, if it names one."""
-    previous = parsed.get("previous_response_id") if api == "openai.responses" else None
-    return previous if isinstance(previous, str) and previous else None
-
-
-def _stored_key(state: ProxyState, tenant: str, previous: str) -> str | None:
-    """The canary key kept in the store for response ``previous`` (a blocking read);
-    ``None`` when there is none or the store fails (logged)."""
-    try:
-        known = state.engine.store.get_state(tenant, canary_name(previous))
-    except StoreError as exc:
-        _log.error("could not read the canary key of a response: %s", exc)
-        return None
-    try:
-        return known.decode() if known else None
-    except UnicodeDecodeError:
-        return None
-
-
-def _derived_key(state: ProxyState, parsed: dict[str, Any], api: str) -> str:
-    """The canary key of a request's own text, from the head of its history
-    (:func:`~ctxwarden.proxy.rollout.head_canary_key`); raises what the parse raises."""
-    return head_canary_key(state.engine.parse, parsed, api)
+        return decision or unsplit(state, wanted, server_mode), None, type(exc).__name__
 
 
 def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:
