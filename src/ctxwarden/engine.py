@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,12 @@ class Engine:
         self._store = store
         self._condenser: Condenser | None = None
         self._lock = threading.Lock()
+        """Held by a condense: one at a time per engine."""
+        self._parts_lock = threading.RLock()
+        """Held while a part is made on first use (the store, the condenser, a token
+        counter, the acondense thread) and around the observed usage: never while
+        waiting for a condense."""
+        self._async_thread: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_file(cls, path: str | Path) -> Engine:
@@ -83,15 +91,19 @@ class Engine:
 
     @property
     def store(self) -> Store:
-        """The artifact store (opened on first use)."""
+        """The artifact store (opened on first use, once, whichever thread asks)."""
         if self._store is None:
-            self._store = open_store(self.config.store, self.config.data_dir)
+            with self._parts_lock:
+                if self._store is None:
+                    self._store = open_store(self.config.store, self.config.data_dir)
         return self._store
 
     @property
     def condenser(self) -> Condenser:
         if self._condenser is None:
-            self._condenser = Condenser(self.config, self.store)
+            with self._parts_lock:
+                if self._condenser is None:
+                    self._condenser = Condenser(self.config, self.store)
         return self._condenser
 
     def counter_for(self, info: ModelInfo | None) -> TokenCounter:
@@ -100,13 +112,17 @@ class Engine:
         key = f"{spec.encoding}:{spec.scale}:{spec.confidence}"
         counter = self._counters.get(key)
         if counter is None:
-            counter = self._counters[key] = TokenCounter(spec)
+            with self._parts_lock:
+                counter = self._counters.get(key)
+                if counter is None:
+                    counter = self._counters[key] = TokenCounter(spec)
         return counter
 
     def observe_usage(self, model: str, prompt_tokens: int) -> None:
         """Record provider-reported usage; the largest seen bounds an unknown window."""
-        if prompt_tokens > self._observed.get(model, 0):
-            self._observed[model] = prompt_tokens
+        with self._parts_lock:
+            if prompt_tokens > self._observed.get(model, 0):
+                self._observed[model] = prompt_tokens
 
     def budget_for(self, model: str | None) -> Budget:
         """The budget for ``model`` by the documented window selection order."""
@@ -136,8 +152,9 @@ class Engine:
         tenant: str = DEFAULT_TENANT,
     ) -> CondenseResult:
         """Condense one request (see module contract). Safe to call from several
-        threads: an engine condenses one request at a time, in the order the calls
-        take its lock (a session's requests are condensed in the order they come)."""
+        threads: an engine condenses one request at a time. Calls made at once run in
+        no set order, so a session's requests go one after another (each after the
+        answer to the one before, as agents send them)."""
         with self._lock:
             return self._condense(request, api, session=session, mode=mode, tenant=tenant)
 
@@ -150,11 +167,18 @@ class Engine:
         mode: Mode | None = None,
         tenant: str = DEFAULT_TENANT,
     ) -> CondenseResult:
-        """:meth:`condense` in a worker thread, for asyncio callers: the event loop
-        runs on meanwhile."""
-        return await asyncio.to_thread(
+        """:meth:`condense` on the engine's own worker thread, for asyncio callers: the
+        event loop runs on meanwhile, and calls run one at a time in the order they are
+        made. Cancelling the caller does not stop a condense under way (it ends, and
+        writes its session's state)."""
+        if self._async_thread is None:
+            with self._parts_lock:
+                if self._async_thread is None:
+                    self._async_thread = ThreadPoolExecutor(1, "ctxwarden-acondense")
+        call = functools.partial(
             self.condense, request, api, session=session, mode=mode, tenant=tenant
         )
+        return await asyncio.get_running_loop().run_in_executor(self._async_thread, call)
 
     def _condense(
         self,
@@ -268,6 +292,11 @@ class Engine:
         return recall_text(self.store, ref, lines, tenant=tenant)
 
     def close(self) -> None:
+        """End the acondense thread (after the condense under way) and close the store."""
+        with self._parts_lock:
+            thread, self._async_thread = self._async_thread, None
+        if thread is not None:  # outside the lock: its condense may still make a part
+            thread.shutdown(wait=True, cancel_futures=True)
         if self._store is not None:
             self._store.close()
 

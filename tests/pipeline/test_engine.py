@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -553,14 +554,34 @@ def _sessions_in_turn(count: int) -> dict[str, list[dict[str, Any]]]:
     return {f"s{k}": _requests(path) for k, path in enumerate(SESSIONS[:count])}
 
 
-def test_several_threads_on_one_engine_give_the_bytes_of_one_thread() -> None:
-    """Library callers may share an engine between threads: each session's requests,
-    condensed concurrently with the others', give the bytes they give alone."""
+def test_several_threads_on_one_engine_give_the_bytes_of_one_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Library callers may share an engine between threads: it condenses one request
+    at a time, and each session's requests, condensed concurrently with the others',
+    give the bytes they give alone."""
     sessions = _sessions_in_turn(3)
     alone = make_engine("balanced", FORCE)
     expected = {s: [dumps(alone.condense(r, session=s).request) for r in rs]
                 for s, rs in sessions.items()}  # fmt: skip
     shared = make_engine("balanced", FORCE)
+    inside, most = 0, 0
+    count = threading.Lock()
+    condense = shared._condense
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal inside, most
+        with count:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.001)  # a window for another thread to come in, were it let
+        try:
+            return condense(*args, **kwargs)
+        finally:
+            with count:
+                inside -= 1
+
+    monkeypatch.setattr(shared, "_condense", counted)
     got: dict[str, list[bytes]] = {}
     start = threading.Barrier(len(sessions))
 
@@ -573,19 +594,70 @@ def test_several_threads_on_one_engine_give_the_bytes_of_one_thread() -> None:
         thread.start()
     for thread in threads:
         thread.join(120)
+    assert most == 1  # never two condenses at once
     assert got == expected
     assert any(g != dumps(r) for s in got for g, r in zip(got[s], sessions[s], strict=True))
 
 
-async def test_acondense_gives_the_bytes_of_condense() -> None:
+def test_threads_opening_a_fresh_engine_share_one_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctxwarden.engine as engine_module
+
+    opened = engine_module.open_store
+
+    def slow_open(*args: Any) -> Any:  # a server store takes a while to connect
+        time.sleep(0.05)
+        return opened(*args)
+
+    monkeypatch.setattr(engine_module, "open_store", slow_open)
+    engine = Engine(EngineConfig(store={"backend": "memory"}))
+    start = threading.Barrier(4)
+    seen: list[object] = []
+
+    def first_use() -> None:
+        start.wait()
+        seen.append(engine.store)
+        seen.append(engine.condenser.store)
+
+    threads = [threading.Thread(target=first_use) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(seen) == 8 and all(store is seen[0] for store in seen)
+
+
+async def test_acondense_runs_off_the_loop_in_order_with_the_bytes_of_condense() -> None:
     sessions = _sessions_in_turn(2)
     alone = make_engine("balanced", FORCE)
     expected = {s: [dumps(alone.condense(r, session=s).request) for r in rs]
                 for s, rs in sessions.items()}  # fmt: skip
     engine = make_engine("balanced", FORCE)
+    loop_thread = threading.get_ident()
+    threads: set[int] = set()
+    condense = engine.condense
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        threads.add(threading.get_ident())
+        return condense(*args, **kwargs)
+
+    engine.condense = noted  # type: ignore[method-assign]
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
 
     async def run(name: str) -> list[bytes]:
         return [dumps((await engine.acondense(r, session=name)).request) for r in sessions[name]]
 
-    results = await asyncio.gather(*(run(name) for name in sessions))
+    tick = asyncio.ensure_future(ticker())
+    try:
+        results = await asyncio.gather(*(run(name) for name in sessions))
+    finally:
+        tick.cancel()
+        engine.close()
     assert dict(zip(sessions, results, strict=True)) == expected
+    assert len(threads) == 1 and loop_thread not in threads  # the engine's own thread
+    assert ticks > len(results[0])  # the loop ran on while condensing

@@ -523,7 +523,7 @@ def _note_failure(record: RequestRecord, failure: str | None) -> None:
 SHADOW_BACKLOG = 64
 """Shadow condenses pending at most: past it a shadow request is relayed without one.
 The client no longer waits for them (the back-pressure it gave); those of sessions
-outside the canary queue behind every active request (see :func:`lane`)."""
+outside the canary queue behind every active request (see :func:`.sides.lane`)."""
 
 
 @dataclass(frozen=True, slots=True)
