@@ -1,7 +1,7 @@
 """The proxy's one engine thread, with a lane for work that can wait.
 
-Every condense runs on one thread (the engine is not thread-safe, and it is CPU work
-under the GIL anyway). :class:`EngineThread` is that thread as an
+Every condense runs on one thread (an engine condenses one request at a time, and it
+is CPU work under the GIL anyway). :class:`EngineThread` is that thread as an
 :class:`~concurrent.futures.Executor`. Jobs queue in one of two lanes, each first in,
 first out; the thread takes the oldest *foreground* job whenever there is one, and a
 *background* job only when no foreground job waits. A job that has started runs to its

@@ -2,11 +2,12 @@
 
 Contract:
 
-- The tool is offered only when the request the proxy sends contains references
-  (``cw:`` + 12 hex digits), never in exact mode, and never when the client already
-  has a tool of that name. It is appended at the END of the tools list: the prompt
-  prefix up to the client's own tools stays byte-identical, so provider prompt
-  caches keep hitting.
+- The tool is offered when the request the proxy sends contains references
+  (``cw:`` + 12 hex digits) or offers tools of its own without forcing one (an agent,
+  from its first turn, so its tool list never changes); never in exact mode, and never
+  when the client already has a tool of that name. It is appended at the END of the
+  tools list: the prompt prefix up to the client's own tools stays byte-identical, so
+  provider prompt caches keep hitting.
 - A call is answered from the store of the caller's tenant only; a reference of
   another tenant is indistinguishable from one that never existed.
 - Answers are bounded (``max_recall_bytes``, line ranges capped by the store) and
