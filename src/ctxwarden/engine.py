@@ -292,13 +292,30 @@ class Engine:
         return recall_text(self.store, ref, lines, tenant=tenant)
 
     def close(self) -> None:
-        """End the acondense thread (after the condense under way) and close the store."""
+        """End the acondense thread once the calls made so far have run, then close the
+        store once no condense is under way."""
         with self._parts_lock:
             thread, self._async_thread = self._async_thread, None
         if thread is not None:  # outside the lock: its condense may still make a part
-            thread.shutdown(wait=True, cancel_futures=True)
-        if self._store is not None:
-            self._store.close()
+            thread.shutdown(wait=True)
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A fresh engine pickles (a process pool's initializer argument); its locks and
+        its acondense thread are made anew on the other side. An engine with an open
+        store does not (a connection does not travel)."""
+        state = dict(self.__dict__)
+        for name in ("_lock", "_parts_lock", "_async_thread"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._parts_lock = threading.RLock()
+        self._async_thread = None
 
 
 def _zero_counters() -> dict[str, Any]:

@@ -4,8 +4,10 @@ stability between compaction steps, recall, modes and what the report may contai
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
 import time
+from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
@@ -661,3 +663,30 @@ async def test_acondense_runs_off_the_loop_in_order_with_the_bytes_of_condense()
     assert dict(zip(sessions, results, strict=True)) == expected
     assert len(threads) == 1 and loop_thread not in threads  # the engine's own thread
     assert ticks > len(results[0])  # the loop ran on while condensing
+
+
+def test_a_fresh_engine_pickles_and_the_copy_condenses() -> None:
+    """A process pool's initializer may take an engine: its locks are made anew."""
+    engine = Engine(EngineConfig(store={"backend": "memory"}))
+    for copy in (pickle.loads(pickle.dumps(engine)), deepcopy(engine)):
+        result = copy.condense({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+        assert result.report["fallback_reason"] is None
+
+
+async def test_close_lets_the_calls_made_before_it_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing an engine shared between threads waits for the condense under way (it
+    keeps its store to its end) and runs the acondense calls already made."""
+    engine = make_engine("balanced", FORCE)
+    requests = _requests(SESSIONS[0])[:4]
+    condense = engine._condense
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)  # the close comes while a condense is under way
+        return condense(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_condense", slow)
+    calls = [asyncio.ensure_future(engine.acondense(r, session="s")) for r in requests]
+    await asyncio.sleep(0.01)
+    await asyncio.to_thread(engine.close)
+    results = await asyncio.gather(*calls)
+    assert [r.report["fallback_reason"] for r in results] == [None] * len(requests)

@@ -228,7 +228,23 @@ def test_a_mistyped_fake_upstream_variable_stops_serve_naming_it(tmp_path: Path)
         ("https://api.openai.com", "https://api.openai.com"),
         ("https://user:sk-secret@gw.example:8443/v1", "https://gw.example:8443/v1"),
         ("http://sk-secret@[::1]:9/x", "http://[::1]:9/x"),
+        ("https://gw.example/v1?key=sk-secret", "https://gw.example/v1"),
+        ("http://[::1", "<unreadable url>"),
     ],
 )
 def test_the_listening_line_leaves_credentials_out_of_upstreams(url: str, logged: str) -> None:
     assert _without_credentials(url) == logged
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://[::1", "not a URL (Invalid IPv6 URL)"),
+        ("http://user:key@host:99999", "not a URL (Port out of range 0-65535)"),
+        ("http://", "has no host"),
+    ],
+)
+def test_an_upstream_that_is_no_url_stops_serve_before_it_listens(url: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        settings_from_args(_args("--openai-upstream", url), {})
+    assert str(info.value) == f"openai_upstream: {message}"

@@ -93,14 +93,14 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
     install_kill_switch_signal(app[STATE].kill_switch, loop)
     server = RunningServer(app, host, port)
     await server.start()
-    state = app[STATE]
-    s = state.settings
-    _log.warning(  # at warning: shown at every log level
-        "ctxwarden proxy listening on %s (OpenAI upstream %s, Anthropic upstream %s, mode %s)",
-        server.url, _without_credentials(s.openai_upstream),
-        _without_credentials(s.anthropic_upstream), s.mode or state.engine.config.mode,
-    )  # fmt: skip
     try:
+        state = app[STATE]
+        s = state.settings
+        _log.warning(  # at warning: shown at every log level
+            "ctxwarden proxy listening on %s (OpenAI upstream %s, Anthropic upstream %s, "
+            "mode %s)", server.url, _without_credentials(s.openai_upstream),
+            _without_credentials(s.anthropic_upstream), s.mode or state.engine.config.mode,
+        )  # fmt: skip
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
@@ -110,12 +110,14 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
 
 
 def _without_credentials(url: str) -> str:
-    """``url`` for a log line: a user name or password in it is left out."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
+    """``url`` for a log line: its scheme, host, port and path, never a user name,
+    password or query (where gateways put keys); never raises."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+    except ValueError:
+        return "<unreadable url>"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

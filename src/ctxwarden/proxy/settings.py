@@ -11,6 +11,7 @@ garbage-collected every ``gc_interval`` seconds, so its TTL and byte cap hold.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from ctxwarden.config import Mode
 from ctxwarden.errors import ConfigError
@@ -84,6 +85,13 @@ class ProxySettings:
             url: str = getattr(self, name)
             if not url.startswith(("http://", "https://")):
                 raise ConfigError("must be an http(s) origin", name)
+            try:
+                parts = urlsplit(url)
+                _ = parts.port  # raises for a port that is not one
+            except ValueError as exc:
+                raise ConfigError(f"not a URL ({exc})", name) from None
+            if not parts.hostname:
+                raise ConfigError("has no host", name)
         if self.admin_token is not None and len(self.admin_token) < 16:
             raise ConfigError("must be at least 16 characters", "admin_token")
         if not (self.gc_interval == 0 or 1 <= self.gc_interval <= 86_400 * 7):  # NaN too
