@@ -17,7 +17,6 @@ not been seen, applies them again.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TypeVar
@@ -27,61 +26,31 @@ __all__ = ["run_within"]
 T = TypeVar("T")
 
 
-class _Slot:
-    """A queued job's fate, settled once under a lock: it starts or it is dropped."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._state = "queued"
-
-    def start(self) -> bool:
-        """On the engine thread: True if the job may run (it was not dropped)."""
-        with self._lock:
-            if self._state == "dropped":
-                return False
-            self._state = "running"
-            return True
-
-    def drop(self) -> bool:
-        """On the event loop: True if the job will never run (it had not started)."""
-        with self._lock:
-            if self._state == "running":
-                return False
-            self._state = "dropped"
-            return True
-
-
 async def run_within(
     executor: Executor, limit: float, fn: Callable[..., T], *args: object
 ) -> tuple[bool, T | None]:
     """Run ``fn(*args)`` on ``executor``: ``(True, result)``, or ``(False, None)`` when
     it had not started within ``limit`` seconds (0: no limit) and never will.
 
-    Exceptions of ``fn`` propagate as from ``run_in_executor``. Cancelling the caller
-    while the job waits drops it (and cancels its executor future, so an executor that
-    purges cancelled jobs lets go of its arguments); once it runs, it runs to its end (the executor
-    cannot stop a thread) and its result is discarded."""
-    slot = _Slot()
-
-    def job() -> tuple[bool, T | None]:
-        if not slot.start():
-            return False, None
-        return True, fn(*args)
-
-    future = asyncio.get_running_loop().run_in_executor(executor, job)
+    Exceptions of ``fn`` propagate as from ``run_in_executor``. Whether a job starts or
+    is dropped is settled once by its executor future: cancelling it succeeds only
+    while it waits, and an executor's thread starts a job only if it was not cancelled
+    (an executor that purges cancelled jobs lets go of their arguments at once).
+    Cancelling the caller while the job waits drops it; once it runs, it runs to its
+    end (the executor cannot stop a thread) and its result is discarded."""
+    job = executor.submit(fn, *args)
+    future = asyncio.wrap_future(job)
     # a caller cancelled while the job ran leaves its outcome unread: read it here, so
     # that asyncio does not log "exception was never retrieved" for it
     future.add_done_callback(lambda done: done.cancelled() or done.exception())
-    if not limit:
-        return await future
     try:
-        return await asyncio.wait_for(asyncio.shield(future), limit)
+        if not limit:
+            return True, await future
+        return True, await asyncio.wait_for(asyncio.shield(future), limit)
     except TimeoutError:
-        if slot.drop():
-            future.cancel()  # it leaves the executor's queue, and what it holds with it
+        if job.cancel():
             return False, None
-        return await future  # started in the meantime: its condense is under way
+        return True, await future  # started in the meantime: its condense is under way
     except asyncio.CancelledError:
-        if slot.drop():
-            future.cancel()
+        job.cancel()
         raise
