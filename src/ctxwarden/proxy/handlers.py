@@ -344,10 +344,9 @@ async def _condense_one(
         # (the kill switch may have come on meanwhile: then exact, without the recall tool)
         decision = unsplit(state, wanted, server_mode) if state.kill_switch.engaged else quick
         result, failure = None, None
-        record.level = "warning"  # a load signal, counted as a limit fallback
+        _note_load_limit(record, f"engine thread busy for over {wait:g} s")
         model = parsed.get("model")
-        record.set(fallback_reason=f"proxy: limit: engine thread busy for over {wait:g} s",
-                   fallbacks=1, model=model if isinstance(model, str) else None)  # fmt: skip
+        record.set(model=model if isinstance(model, str) else None)
     _note_decision(record, state, decision, parsed)
     if decision.key is not None and responses and stored(parsed):
         ex.canary = (tenant, decision.key)  # kept under the id of the answer (rollout.py)
@@ -502,17 +501,28 @@ async def _unread_shadow(
 ) -> web.StreamResponse:
     """A shadow request whose body is no JSON object: forwarded as sent, as a shadow
     request always is (the upstream judges it); its event says what it was."""
-    record.mode = decision.mode
-    record.set(rollout_reason=decision.reason, error_type=kind, error_at="/")
+    _note_unreadable(record, decision, kind, "")
     return await relay(ex, raw, record)
 
 
 def _refused(record: RequestRecord, decision: Decision, kind: str, pointer: str) -> None:
-    """The event of a request the proxy answers 400 itself: the mode it was refused in,
-    at warning, with what was wrong (``kind``) and where (a JSON pointer; no contents)."""
-    record.mode = decision.mode
+    """The event of a request the proxy answers 400 itself, at warning."""
+    _note_unreadable(record, decision, kind, pointer)
     record.level = "warning"
+
+
+def _note_unreadable(record: RequestRecord, decision: Decision, kind: str, pointer: str) -> None:
+    """The mode a request the proxy could not read was handled in, what was wrong
+    (``kind``) and where (a JSON pointer; no contents)."""
+    record.mode = decision.mode
     record.set(rollout_reason=decision.reason, error_type=kind, error_at=pointer or "/")
+
+
+def _note_load_limit(record: RequestRecord, limit: str) -> None:
+    """A request relayed without (part of) its condense because the engine thread is
+    behind: a load signal at warning, counted as a limit fallback."""
+    record.level = "warning"
+    record.set(fallback_reason=f"proxy: limit: {limit}", fallbacks=1)
 
 
 def _note_failure(record: RequestRecord, failure: str | None) -> None:
@@ -556,9 +566,7 @@ async def _shadow_first(
     if len(state.background) < SHADOW_BACKLOG:
         record.shadow = state.spawn(_shadow_condense(state, record, job))
     else:  # the engine thread is behind: this request's shadow fields are skipped
-        record.level = "warning"  # a load signal, like a condense the wait dropped
-        record.set(fallback_reason=f"proxy: limit: {SHADOW_BACKLOG} shadow condenses pending",
-                   fallbacks=1)  # fmt: skip
+        _note_load_limit(record, f"{SHADOW_BACKLOG} shadow condenses pending")
     outgoing = settle(job.parsed, owed) if owed else job.parsed
     if outgoing is job.parsed:
         return await relay(ex, raw, record)
@@ -588,9 +596,7 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
                 (exc.decision, None, f"malformed request at {exc.error.pointer or '/'}"),
             )
         if not ran or outcome is None:
-            record.level = "warning"
-            record.set(fallback_reason=f"proxy: limit: engine thread busy for over {wait:g} s",
-                       fallbacks=1)  # fmt: skip
+            _note_load_limit(record, f"engine thread busy for over {wait:g} s")
             return
         decision, result, failure = outcome
         _note_decision(record, state, decision, job.parsed)

@@ -123,9 +123,9 @@ def keep_newest(entries: dict[K, V], key: K, value: V, limit: int) -> None:
 class ProxyState:
     """Everything a handler needs; one per app.
 
-    ``executor`` has ONE thread: engine calls (CPU work and blocking store I/O) are
-    serialized there, so the engine need not be thread-safe and the event loop keeps
-    streaming other responses while a large request is condensed. Its background lane
+    ``executor`` has ONE thread: condenses (CPU work and blocking store I/O) run there,
+    one at a time, so the event loop keeps streaming other responses while a large
+    request is condensed. Its background lane
     (:mod:`ctxwarden.proxy.engine_thread`) holds the condenses of sessions outside the
     canary, which run only while no other job waits.
 
