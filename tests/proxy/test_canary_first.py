@@ -250,3 +250,29 @@ def test_the_key_from_the_head_is_the_key_of_the_whole(api: str, data: st.DataOb
     except MalformedRequest:
         return  # refused whole: the proxy answers 400 or relays it, whatever its key
     assert head_canary_key(_ENGINE.parse, request, api) == whole
+
+
+@pytest.mark.parametrize("percent", [0, 0.0])
+async def test_a_zero_canary_relays_a_request_whose_key_cannot_be_read(
+    make_proxy: ProxyFactory, percent: float
+) -> None:
+    # no session is inside a 0% canary, so a request whose head the engine cannot read
+    # is outside too: relayed as sent for the upstream to judge, not refused with 400
+    body = b'{"model":"gpt-4o","messages":[{"role":"tool","content":"x"}]}'
+    async with make_proxy(canary_percent=percent) as proxy:
+        status, _answer = await _post(proxy, body)
+        await proxy.state.drain()
+        assert proxy.fake.received and proxy.fake.received[-1].body == body
+        (event,) = proxy.recorder.events
+    assert status == 200
+    assert (event["mode"], event["rollout_reason"]) == ("shadow", "canary_out")
+
+
+async def test_a_partial_canary_still_refuses_a_request_whose_key_cannot_be_read(
+    make_proxy: ProxyFactory,
+) -> None:
+    body = b'{"model":"gpt-4o","messages":[{"role":"tool","content":"x"}]}'
+    async with make_proxy(canary_percent=50) as proxy:
+        status, _answer = await _post(proxy, body)
+        assert not proxy.fake.received
+    assert status == 400

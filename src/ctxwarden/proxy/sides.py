@@ -82,7 +82,7 @@ async def canary_decision(
         if key is None:
             key = await asyncio.to_thread(_derived_key, state, parsed, api)
     except Exception:  # malformed, or anything else: the engine thread's to judge
-        return quick
+        return _all_out(state) or quick
     return keyed(split_by(state, wanted, server_mode, key), key)
 
 
@@ -94,8 +94,22 @@ def bucketed(
     (:func:`ctxwarden.proxy.handlers._condense_sync`)."""
     if not splits(state, session, wanted, server_mode):
         return split_by(state, wanted, server_mode, session)
-    key = request_canary_key(state, parsed, api, tenant)
+    try:
+        key = request_canary_key(state, parsed, api, tenant)
+    except Exception:
+        if (outside := _all_out(state)) is not None:
+            return outside
+        raise
     return keyed(split_by(state, wanted, server_mode, key), key)
+
+
+def _all_out(state: ProxyState) -> Decision | None:
+    """Outside the canary, when a canary of 0% leaves every session outside and a
+    request's key cannot be read (it is then relayed as sent, for the upstream to
+    judge, as any request outside); ``None`` when the key would decide."""
+    if state.settings.canary_percent > 0:
+        return None
+    return Decision("shadow", "canary_out")
 
 
 def unsplit(state: ProxyState, wanted: Mode | None, server_mode: Mode) -> Decision:
