@@ -1,7 +1,10 @@
 """``ctxwarden replay``: measure configurations on recorded sessions, or run the scenarios.
 
 Exit status: 0 when everything ran (and, with ``--strict``, every gate and scenario
-passed), 1 when a gate or scenario failed (each one named on stderr), 2 on errors.
+passed), 1 when a gate or scenario failed (each one named on stderr), 2 on errors,
+and 2 when inputs were skipped (a file that is not a session or request log, a session
+with a request the engine refuses): each is named on stderr and left out of every
+figure, after the table and reports of the rest are written.
 """
 
 from __future__ import annotations
@@ -160,9 +163,11 @@ def _replay(args: argparse.Namespace) -> int:
         write_json(result, args.json)
     if args.html:
         write_html(result, args.html)
-    if not args.strict:
-        return 0
-    failures = check_gates(result, gates or Gates())
+    for skip in result.skipped:
+        print(f"ctxwarden replay: error: {skip.error} (skipped)", file=sys.stderr)
+    failures = check_gates(result, gates or Gates()) if args.strict else []
     for line in failures:
         print(f"ctxwarden replay: {line}", file=sys.stderr)
+    if result.skipped:
+        return 2
     return 1 if failures else 0

@@ -28,7 +28,14 @@ from ctxwarden.errors import CtxwardenError, ReplayError
 from ctxwarden.io import guess_api, load_session, read_bytes, session_requests
 from ctxwarden.replay.wire import item_role, items_of
 
-__all__ = ["ReplayRequest", "ReplaySession", "expand_paths", "iter_sessions", "read_jsonl"]
+__all__ = [
+    "ReplayRequest",
+    "ReplaySession",
+    "expand_paths",
+    "iter_sessions",
+    "read_jsonl",
+    "read_sessions",
+]
 
 _SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz")
 
@@ -127,21 +134,27 @@ def _added_assistant_items(request: Any, following: Any, api: str) -> list[Any]:
     return out
 
 
+def read_sessions(path: Path) -> list[ReplaySession]:
+    """The sessions of one input file (a session file holds one, a request log any
+    number). Raises :class:`~ctxwarden.errors.ReplayError` naming the file (and the
+    line or JSON path) when it cannot be read as one."""
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
+        return read_jsonl(path)
+    try:
+        return [_from_session_file(path)]
+    except ReplayError:
+        raise
+    except CtxwardenError as exc:  # name the file among hundreds (once)
+        message = str(exc)
+        if not message.startswith(f"{path}: "):
+            message = f"{path}: {message}"
+        raise ReplayError(message) from exc
+
+
 def iter_sessions(files: Sequence[Path]) -> Iterator[tuple[int, ReplaySession]]:
     """``(file index, session)`` for every session of every file, in order (a file is
-    read when its turn comes)."""
+    read when its turn comes; one that cannot be read raises, see
+    :func:`read_sessions`)."""
     for index, path in enumerate(files):
-        if path.name.endswith((".jsonl", ".jsonl.gz")):
-            for session in read_jsonl(path):
-                yield index, session
-        else:
-            try:
-                session = _from_session_file(path)
-            except ReplayError:
-                raise
-            except CtxwardenError as exc:  # name the file among hundreds (once)
-                message = str(exc)
-                if not message.startswith(f"{path}: "):
-                    message = f"{path}: {message}"
-                raise ReplayError(message) from exc
+        for session in read_sessions(path):
             yield index, session

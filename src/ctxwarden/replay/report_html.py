@@ -155,6 +155,14 @@ def _worst(result: ReplayResult) -> str:
     return "".join(out) or "<p class='note'>no condensing configuration in this run</p>"
 
 
+def _skipped(result: ReplayResult) -> str:
+    """The inputs left out of every figure, each with its error (no contents)."""
+    if not result.skipped:
+        return ""
+    items = "".join(f"<li>{html.escape(skip.error)}</li>" for skip in result.skipped)
+    return f"<p class='note'>{len(result.skipped)} input(s) skipped:</p><ul>{items}</ul>"
+
+
 def render_html(result: ReplayResult, title: str = "ctxwarden replay") -> str:
     """The whole report page (see module docstring)."""
     data = orjson.dumps(_payload(result)).decode().replace("</", "<\\/")
@@ -167,7 +175,7 @@ def render_html(result: ReplayResult, title: str = "ctxwarden replay") -> str:
 <p class="note">{sessions} sessions from {len(result.files)} files, replayed in
 {result.duration_s:.1f}s. Totals over all requests; cost saving is cache-adjusted
 against exact (negative = more expensive than sending everything unchanged).</p>
-{_summary(result)}
+{_skipped(result)}{_summary(result)}
 <h2>Context and cost</h2>
 <div class="controls">session <select id="cw-session"><option value="all">all sessions</option>
 </select> pricing <select id="cw-style"><option value="openai">OpenAI-style</option>

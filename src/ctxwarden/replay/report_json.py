@@ -3,7 +3,7 @@
 Shape (``version`` 1)::
 
     {"version": 1, "files": N, "duration_s": ..., "peak_rss_bytes": ...,
-     "options": {...},
+     "options": {...}, "skipped": [{"file", "session", "error"}],
      "subjects": [{"name", "kind", "peak_condense_bytes", "aggregate": {...},
                    "worst_sessions": [ids], "sessions": [per-session summary]}]}
 
@@ -50,6 +50,7 @@ def result_to_dict(result: ReplayResult, *, turns: bool = True) -> dict[str, Any
         "duration_s": round(result.duration_s, 3),
         "peak_rss_bytes": result.peak_rss_bytes,
         "options": dataclasses.asdict(result.options),
+        "skipped": [dataclasses.asdict(skip) for skip in result.skipped],
         "subjects": subjects,
     }
 

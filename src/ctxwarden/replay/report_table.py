@@ -64,9 +64,12 @@ HEADERS = (
 def replay_table(result: ReplayResult, title: str | None = None) -> Table:
     """The comparison table of a replay as a rich :class:`~rich.table.Table`."""
     sessions = len(result.subjects[0].sessions) if result.subjects else 0
+    caption = "totals over all requests; (med) median session; (worst) worst session"
+    if result.skipped:
+        caption += f"; {len(result.skipped)} input(s) skipped, in no figure (see stderr)"
     table = Table(
         title=title or f"ctxwarden replay · {sessions} sessions · {result.duration_s:.1f}s",
-        caption="totals over all requests; (med) median session; (worst) worst session",
+        caption=caption,
     )
     for h in HEADERS:
         table.add_column(h, justify="left" if h == "config" else "right")

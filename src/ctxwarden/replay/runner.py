@@ -7,12 +7,17 @@ Contract of :func:`run_replay`:
   would; subjects are independent, so their calls are interleaved per request;
 - the original request is analysed once per request and shared by all subjects;
 - nothing of the message contents is logged; contents only reach the result in the
-  side-by-side views of the worst sessions (for the HTML report).
+  side-by-side views of the worst sessions (for the HTML report);
+- an input that cannot be used is skipped and listed in ``ReplayResult.skipped``,
+  never silently: a file that cannot be read as sessions, or a session the engine
+  refuses a request of (:class:`~ctxwarden.errors.MalformedRequest`, as a provider
+  would). A skipped session counts in no figure: its metrics join the result only
+  once its last request is measured. Any other error (the store, the configuration)
+  stops the replay.
 """
 
 from __future__ import annotations
 
-import itertools
 import resource
 import secrets
 import time
@@ -23,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ctxwarden.config import EngineConfig
-from ctxwarden.errors import CtxwardenError, ReplayError
+from ctxwarden.errors import CtxwardenError, MalformedRequest, ReplayError
 from ctxwarden.replay.cache import cache_expired, effective_cached, request_cost
-from ctxwarden.replay.inputs import ReplaySession, expand_paths, iter_sessions
+from ctxwarden.replay.inputs import ReplaySession, expand_paths, read_sessions
 from ctxwarden.replay.integrity import check_integrity
 from ctxwarden.replay.metrics import SessionMetrics, aggregate
 from ctxwarden.replay.signals import distinctive_tokens
@@ -41,6 +46,7 @@ __all__ = [
     "Progress",
     "ReplayOptions",
     "ReplayResult",
+    "SkippedInput",
     "SubjectResult",
     "run_replay",
 ]
@@ -79,6 +85,17 @@ class SubjectResult:
         return aggregate(self.sessions)
 
 
+@dataclass(frozen=True, slots=True)
+class SkippedInput:
+    """An input the replay skipped: a file it could not read (``session`` is
+    ``None``) or a session with a request the engine refused. ``error`` names the
+    file, the session and the place (line or JSON path); never message contents."""
+
+    file: str
+    session: str | None
+    error: str
+
+
 @dataclass(slots=True)
 class ReplayResult:
     """Everything a replay measured (see :mod:`ctxwarden.replay.report_json`)."""
@@ -88,6 +105,8 @@ class ReplayResult:
     duration_s: float
     peak_rss_bytes: int
     options: ReplayOptions
+    skipped: list[SkippedInput] = field(default_factory=list)
+    """Inputs left out of every figure, in the order met (see the module docstring)."""
 
     def subject(self, name: str) -> SubjectResult:
         for s in self.subjects:
@@ -181,30 +200,42 @@ def run_replay(
     tracing = options.trace_memory and not tracemalloc.is_tracing()
     if tracing:
         tracemalloc.start()
+    skipped: list[SkippedInput] = []
     try:
-        sessions = iter_sessions(files)
         run = secrets.token_hex(6)
-        for n in itertools.count():
+        n = 0
+        for index, path in enumerate(files):
             if options.max_sessions is not None and n >= options.max_sessions:
                 break  # before the next file is read
-            index, session = next(sessions, (-1, None))
-            if session is None:
-                break
-            info = registry.lookup(session.model or _first_model(session))
-            if engine is not None:
-                counter = engine.counter_for(info)
-            else:
-                spec = registry.tokenizer_for(info)
-                counter = counters.setdefault(str(spec), TokenCounter(spec))
             try:
+                sessions = read_sessions(path)
+            except ReplayError as exc:
+                skipped.append(SkippedInput(str(path), None, str(exc)))
+                continue
+            for session in sessions:
+                if options.max_sessions is not None and n >= options.max_sessions:
+                    break
+                info = registry.lookup(session.model or _first_model(session))
+                if engine is not None:
+                    counter = engine.counter_for(info)
+                else:
+                    spec = registry.tokenizer_for(info)
+                    counter = counters.setdefault(str(spec), TokenCounter(spec))
                 # every session of this run gets its own engine state, even when two
                 # files share an id or the configured store kept states of an earlier run
                 key = f"replay-{run}/{n}/{session.id}"
-                _replay_session(session, key, subjects, results, counter, info, registry, options)
-            except CtxwardenError as exc:  # name the file and session among hundreds
-                raise ReplayError(f"{files[index]}: session {session.id}: {exc}") from exc
-            if progress is not None:
-                progress(index + 1, len(files), session.id)
+                n += 1
+                try:
+                    _replay_session(
+                        session, key, subjects, results, counter, info, registry, options
+                    )
+                except MalformedRequest as exc:  # this input's fault: the others go on
+                    where = f"{path}: session {session.id}: {exc}"
+                    skipped.append(SkippedInput(str(path), session.id, where))
+                except CtxwardenError as exc:  # name the file and session among hundreds
+                    raise ReplayError(f"{path}: session {session.id}: {exc}") from exc
+                if progress is not None:
+                    progress(index + 1, len(files), session.id)
     finally:
         if tracing:
             tracemalloc.stop()
@@ -212,7 +243,7 @@ def run_replay(
             s.close()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return ReplayResult(
-        results, [str(f) for f in files], time.perf_counter() - started, rss, options
+        results, [str(f) for f in files], time.perf_counter() - started, rss, options, skipped
     )
 
 
