@@ -276,3 +276,42 @@ async def test_a_partial_canary_still_refuses_a_request_whose_key_cannot_be_read
         status, _answer = await _post(proxy, body)
         assert not proxy.fake.received
     assert status == 400
+
+
+def _conversation_turns() -> tuple[str, list[dict[str, Any]]]:
+    """A conversation id inside a 50% canary and two of its turns whose own inputs,
+    bucketed by their text, would fall on different sides."""
+    from ctxwarden.proxy.rollout import conversation_canary_key
+
+    turns: list[dict[str, Any]] = []
+    for i in range(1000):
+        request = {"model": "gpt-4o", "input": f"step {i}", "conversation": "conv_x"}
+        if not turns or _out(request, "openai.responses") != _out(turns[0], "openai.responses"):
+            turns.append(request)
+        if len(turns) == 2:
+            break
+    for j in range(1000):
+        conversation = f"conv_{j}"
+        key = conversation_canary_key({"conversation": {"id": conversation}}, "openai.responses")
+        assert key is not None
+        inside = decide(kill_switch=KillSwitch(), header=None, server_mode="active",
+                        canary_percent=50, session=key).mode == "active"  # fmt: skip
+        if inside:
+            return conversation, turns
+    raise AssertionError("no such conversation")
+
+
+@pytest.mark.parametrize("as_object", [False, True])
+async def test_every_turn_of_a_stored_conversation_stays_on_its_side(
+    make_proxy: ProxyFactory, as_object: bool
+) -> None:
+    conversation, turns = _conversation_turns()
+    named: Any = {"id": conversation} if as_object else conversation
+    async with make_proxy(canary_percent=50) as proxy:
+        for turn in turns:
+            body = orjson.dumps({**turn, "conversation": named})
+            status, _answer = await _post(proxy, body, "/v1/responses")
+            assert status == 200
+        await proxy.state.drain()
+        sides = [(e["mode"], e["rollout_reason"]) for e in proxy.recorder.events]
+    assert sides == [("active", "canary_in")] * 2

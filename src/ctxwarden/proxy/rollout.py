@@ -26,6 +26,10 @@ it) and in the tenant's store for other replicas (:func:`canary_name`; only whil
 canary split is configured), so every turn of the session stays on one side. An id
 the proxy does not know falls back to :func:`canary_key` of the request.
 
+A Responses request in a stored ``conversation`` carries only its new items, which
+differ every turn: its key is the conversation's id (:func:`conversation_canary_key`),
+the same on every turn and on every replica.
+
 The key needs only the head of a history (:func:`canary_head`), so the proxy derives
 it off the engine thread and tells a request's side before condensing it.
 """
@@ -51,6 +55,7 @@ __all__ = [
     "canary_head",
     "canary_key",
     "canary_name",
+    "conversation_canary_key",
     "decide",
     "head_canary_key",
     "header_mode",
@@ -122,6 +127,19 @@ def canary_key(conversation: Conversation) -> str:
             for text in message.text_parts():
                 h.update(tag + text.text.encode())
     return "c-" + h.hexdigest()
+
+
+def conversation_canary_key(request: Any, api: str) -> str | None:
+    """The key of a Responses request in a stored ``conversation`` (an id, or an object
+    with an ``id``): a hash of that id; ``None`` for any other request."""
+    if api != "openai.responses" or not isinstance(request, dict):
+        return None
+    conversation = request.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    if not isinstance(conversation, str) or not conversation:
+        return None
+    return "v-" + hashlib.blake2b(conversation.encode(), digest_size=10).hexdigest()
 
 
 def canary_head(request: dict[str, Any], api: str) -> dict[str, Any]:

@@ -3,8 +3,9 @@ its condense queues on the engine thread.
 
 The mode comes from :mod:`ctxwarden.proxy.rollout` (kill switch, header, server mode,
 canary split). A request without an ``x-ctxwarden-session`` header is split by its
-canary key: the key remembered for the Responses answer it continues (in memory, else
-in the store), else one derived from the head of its history in a worker thread, so
+canary key: the key of the stored Responses conversation it is in, else the key
+remembered for the Responses answer it continues (in memory, else in the store), else
+one derived from the head of its history in a worker thread, so
 a request outside the canary never waits for the engine thread. A request whose key
 cannot be derived there is split on the engine thread (:func:`bucketed`).
 """
@@ -19,7 +20,13 @@ from typing import Any
 
 from ctxwarden.config import Mode
 from ctxwarden.errors import StoreError
-from ctxwarden.proxy.rollout import Decision, canary_name, decide, head_canary_key
+from ctxwarden.proxy.rollout import (
+    Decision,
+    canary_name,
+    conversation_canary_key,
+    decide,
+    head_canary_key,
+)
 from ctxwarden.proxy.state import ProxyState
 
 __all__ = [
@@ -72,7 +79,9 @@ async def canary_decision(
     derived here (a request the engine cannot read): the engine thread then decides,
     as before, and reports what it could not read."""
     previous = _previous_id(parsed, api)
-    key = state.canary_keys.get((tenant, previous)) if previous else None
+    key = conversation_canary_key(parsed, api)
+    if key is None and previous:
+        key = state.canary_keys.get((tenant, previous))
     loop = asyncio.get_running_loop()
     try:
         if key is None and previous:  # a store read, in the store pool
@@ -134,9 +143,13 @@ def keyed(decision: Decision, key: str) -> Decision:
 
 def request_canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
     """On the engine thread: the key a request without a session header is bucketed by
-    (:func:`_remembered_key`, else :func:`_derived_key`). Raises what the parse
-    raises."""
-    return _remembered_key(state, parsed, api, tenant) or _derived_key(state, parsed, api)
+    (a stored conversation's, else :func:`_remembered_key`, else :func:`_derived_key`).
+    Raises what the parse raises."""
+    return (
+        conversation_canary_key(parsed, api)
+        or _remembered_key(state, parsed, api, tenant)
+        or _derived_key(state, parsed, api)
+    )
 
 
 def _remembered_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str | None:
