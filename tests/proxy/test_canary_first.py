@@ -315,3 +315,40 @@ async def test_every_turn_of_a_stored_conversation_stays_on_its_side(
         await proxy.state.drain()
         sides = [(e["mode"], e["rollout_reason"]) for e in proxy.recorder.events]
     assert sides == [("active", "canary_in")] * 2
+
+
+@pytest.mark.parametrize("whole_limit", [0, 8 * 1024 * 1024])
+async def test_a_responses_answer_streamed_through_keeps_its_canary_key(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, whole_limit: int
+) -> None:
+    # a JSON answer over the whole-read limit streams to the client unparsed: its id,
+    # the first key, is still found, so its continuation keeps the session's side
+    import ctxwarden.proxy.relay as relay
+
+    monkeypatch.setattr(relay, "WHOLE_JSON_BYTES", whole_limit)
+    first, _later = _responses_turns()
+    async with make_proxy(canary_percent=50) as proxy:
+        status, answer = await _post(proxy, orjson.dumps(first), "/v1/responses")
+        await proxy.state.drain()
+        remembered = {rid: key for (_tenant, rid), key in proxy.state.canary_keys.items()}
+    assert status == 200
+    response_id = orjson.loads(answer)["id"]
+    assert remembered == {response_id: canary_key(_ENGINE.parse(first, "openai.responses"))}
+
+
+@pytest.mark.parametrize(
+    ("head", "found"),
+    [
+        (b'{"id":"resp_1","object":"response"}', "resp_1"),
+        (b' \n{\n  "id" : "resp_2",', "resp_2"),
+        (b'{"object":"response","id":"resp_3"}', None),  # not the first key
+        (b'{"id":"resp_\\u0034"}', None),  # an escape: left to a real parse
+        (b'{"id":"resp_4', None),  # not ended yet
+    ],
+)
+def test_the_leading_id_is_read_only_from_the_first_key(head: bytes, found: str | None) -> None:
+    from ctxwarden.proxy.relay import _leading_id
+
+    rest, got = _leading_id(head)
+    assert got == found
+    assert (rest is None) == (found is not None)

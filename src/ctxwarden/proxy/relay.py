@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -198,6 +199,9 @@ async def relay(
         out = web.StreamResponse(status=upstream.status, headers=headers)
         await out.prepare(ex.request)
         splitter = SSESplitter()
+        # a JSON answer too large to read whole: its id, when it is the first key
+        json_answer = not sse and upstream.content_type == "application/json"
+        head = b"" if json_answer and ex.canary is not None and upstream.status == 200 else None
         try:
             async for chunk in upstream.content.iter_any():
                 # events first: a response's id is remembered before the client sees it
@@ -206,6 +210,10 @@ async def relay(
                         record.usage.observe(event.json())
                     if ex.canary is not None and '"response.created"' in event.data:
                         _created(ex, event.json())
+                if head is not None:
+                    head, found = _leading_id(head + chunk)
+                    if found is not None:
+                        ex.answered(found)
                 await _write(out, chunk)
         except (aiohttp.ClientError, TimeoutError) as exc:
             error = translate_read_error(exc)
@@ -217,6 +225,24 @@ async def relay(
         record.add_upstream(time.perf_counter() - started)
     await out.write_eof()
     return out
+
+
+_LEADING_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*"([A-Za-z0-9_.:-]{1,256})"')
+_LEADING_ID_BYTES = 1024
+"""How much of a streamed JSON answer :func:`_leading_id` looks at, at most."""
+
+
+def _leading_id(head: bytes) -> tuple[bytes | None, str | None]:
+    """``(head still to look at, id)`` for the first bytes of a JSON answer: the id
+    when the top-level object's first key is ``"id"`` with a plain string value (as
+    in OpenAI's Responses objects; found on these bytes alone, no parse of the rest),
+    and ``None`` for the head once found, or once the first key cannot be it."""
+    match = _LEADING_ID.match(head)
+    if match is not None:
+        return None, match.group(1).decode()
+    if len(head) >= _LEADING_ID_BYTES:
+        return None, None
+    return head, None
 
 
 def _created(ex: Exchange, obj: Any) -> None:
