@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 
 from ctxwarden.adapters.base import (
     Adapter,
@@ -79,7 +78,7 @@ def _block(value: Any, path: Path) -> Part:
     block = expect_object(value, path)
     kind = block.get("type")
     if kind == "tool_use":
-        arguments = orjson.dumps(block.get("input", {})).decode()
+        arguments = _json(block.get("input", {}))  # "" past orjson (a huge integer)
         return ToolCallPart(
             call_id=expect(block.get("id"), str, (*path, "id")),
             name=expect(block.get("name"), str, (*path, "name")),
@@ -107,8 +106,11 @@ def _message(value: Any, path: Path) -> Message:
     role = expect(msg.get("role"), str, (*path, "role"))
     content = msg.get("content")
     content_path = (*path, "content")
-    if isinstance(content, str):
-        parts: tuple[Part, ...] = (TextPart(text=content, path=content_path),)
+    parts: tuple[Part, ...]
+    if content is None and role == "system":
+        parts = ()  # a (beta) system message may carry settings alone: no content
+    elif isinstance(content, str):
+        parts = (TextPart(text=content, path=content_path),)
     else:
         blocks = expect_text_or_list(content, content_path)
         parts = tuple(_block(b, (*content_path, j)) for j, b in enumerate(blocks))

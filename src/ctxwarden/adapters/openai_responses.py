@@ -82,6 +82,11 @@ _MODEL_ITEMS = frozenset(
         "image_generation_call",
         "code_interpreter_call",
         "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "tool_search_call",
+        "program",
+        "compaction",
         "mcp_call",
         "mcp_list_tools",
         "mcp_approval_request",
@@ -111,7 +116,9 @@ def is_model_item(value: Any) -> bool:
 def _item(value: Any, path: Path) -> Message:
     item = expect_object(value, path)
     kind = item.get("type")
-    if kind is None or kind == "message":
+    if kind is None and "role" not in item and isinstance(item.get("id"), str):
+        kind = "item_reference"  # the reference's type may be left out
+    elif kind is None or kind == "message":
         role = expect(item.get("role"), str, (*path, "role"))
         parts = _content_parts(item.get("content"), (*path, "content"))
         return Message(role=role, parts=parts, path=path, item_type="message")
@@ -127,7 +134,9 @@ def _item(value: Any, path: Path) -> Message:
             arguments_path=(*path, args_key) if isinstance(raw_args, str) else None,
         )
         return Message(role="assistant", parts=(call,), path=path, item_type=kind)
-    if kind in ("function_call_output", "custom_tool_call_output"):
+    if kind in ("function_call_output", "custom_tool_call_output") and (
+        item.get("call_id") is not None
+    ):  # one without a call id (optional in the API's types) is kept as it is, unpaired
         call_id = expect(item.get("call_id"), str, (*path, "call_id"))
         content = _content_parts(item.get("output"), (*path, "output"), _RESULT)
         result = ToolResultPart(call_id=call_id, content=content, path=path)
