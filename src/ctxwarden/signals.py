@@ -355,8 +355,8 @@ def paths_in(text: str) -> frozenset[str]:
 
 @text_memo()
 def command_of(arguments: str) -> str:
-    """The command a tool call ran: ``command`` / ``cmd`` / ``path`` argument, else the
-    arguments text itself (whitespace-normalised)."""
+    """The command a tool call ran: ``command`` / ``cmd`` / ``commands`` / ``path``
+    argument, else the arguments text itself (whitespace-normalised)."""
     try:
         args = orjson.loads(arguments) if arguments else {}
         return _command_in(args)
@@ -368,7 +368,7 @@ def _command_in(args: Any) -> str:
     """:func:`command_of` of parsed arguments (raises ``TypeError`` for values nested
     past what orjson writes)."""
     if isinstance(args, dict):
-        for key in ("command", "cmd", "path", "file_path", "query"):
+        for key in ("command", "cmd", "commands", "path", "file_path", "query"):
             value = args.get(key)
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 value = " ".join(value)  # argv form; the other arguments still count

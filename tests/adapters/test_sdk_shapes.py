@@ -339,6 +339,7 @@ RESPONSES: list[Shape] = [
                 ],
             },
         ],
+        payload=frozenset({("output", "#", "stdout"), ("output", "#", "stderr")}),
     ),
     Shape(
         "local_shell_call_pair",
@@ -379,6 +380,7 @@ RESPONSES: list[Shape] = [
             },
             {"type": "apply_patch_call_output", "call_id": "call_ap2", "status": "completed"},
         ],
+        payload=frozenset({("operation", "diff"), ("output",)}),
     ),
     Shape(
         "computer_call_pair",
@@ -1498,3 +1500,19 @@ def test_items_the_model_produced_are_the_assistants(kind: str) -> None:
     request = {"model": "gpt-5", "input": [{"role": "user", "content": "go"}, item]}
     (_, message) = get_adapter(R).parse(request).messages
     assert is_model_item(item) and message.role == "assistant"
+
+
+@pytest.mark.parametrize("kind", ["shell_call_output", "apply_patch_call_output"])
+def test_a_builtin_tool_output_pairs_with_its_call(kind: str) -> None:
+    """Built-in shell and apply_patch outputs are tool results (condensable, once kept
+    opaque): like a function call's output, one without its call is refused unless
+    the call may be held upstream."""
+    from ctxwarden.errors import MalformedRequest
+
+    output = {"type": kind, "call_id": "call_x", "output": "ok" if "patch" in kind else []}
+    request: dict[str, Any] = {"model": "gpt-5", "input": [output]}
+    with pytest.raises(MalformedRequest) as info:
+        get_adapter(R).parse(request)
+    assert info.value.pointer == "/input/0/call_id"
+    continued = get_adapter(R).parse({**request, "previous_response_id": "resp_1"})
+    assert continued.messages[0].tool_results[0].call_id == "call_x"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from ctxwarden.adapters.base import (
     Adapter,
     ItemMemo,

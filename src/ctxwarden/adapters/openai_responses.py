@@ -1,9 +1,11 @@
 """OpenAI Responses (``POST /v1/responses``).
 
 ``input`` is a string or a list of items: messages (with or without ``type``),
-``function_call`` / ``custom_tool_call``, ``function_call_output`` /
-``custom_tool_call_output``, ``reasoning`` (``encrypted_content`` kept opaque) and
-anything else as an opaque item. ``instructions`` is system content.
+``function_call`` / ``custom_tool_call`` and the built-in ``shell_call`` /
+``apply_patch_call``, their outputs (``function_call_output``,
+``custom_tool_call_output``, ``shell_call_output``, ``apply_patch_call_output``),
+``reasoning`` (``encrypted_content`` kept opaque) and anything else as an opaque item.
+``instructions`` is system content.
 With ``previous_response_id`` a call output may answer a call held upstream.
 """
 
@@ -141,6 +143,10 @@ def _item(value: Any, path: Path) -> Message:
         content = _content_parts(item.get("output"), (*path, "output"), _RESULT)
         result = ToolResultPart(call_id=call_id, content=content, path=path)
         return Message(role="tool", parts=(result,), path=path, item_type=kind)
+    if kind in ("shell_call", "apply_patch_call"):
+        return _builtin_call(item, kind, path)
+    if kind in ("shell_call_output", "apply_patch_call_output") and item.get("call_id") is not None:
+        return _builtin_output(item, kind, path)
     if kind == "reasoning":
         summary = item.get("summary")
         texts: list[str] = []
@@ -164,6 +170,45 @@ def _item(value: Any, path: Path) -> Message:
         path=path,
         item_type=kind,
     )
+
+
+def _builtin_call(item: dict[str, Any], kind: str, path: Path) -> Message:
+    """A call of the built-in ``shell`` or ``apply_patch`` tool: paired with its output
+    by ``call_id`` like a function call. A patch's ``operation.diff`` is its argument
+    text (condensable in old calls, as a custom tool's input); a shell call's action
+    is kept as it is."""
+    action_key = "action" if kind == "shell_call" else "operation"
+    action = item.get(action_key)
+    diff = action.get("diff") if isinstance(action, dict) and kind == "apply_patch_call" else None
+    call = ToolCallPart(
+        call_id=expect(item.get("call_id"), str, (*path, "call_id")),
+        name="shell" if kind == "shell_call" else "apply_patch",
+        arguments=diff if isinstance(diff, str) else _json(action),
+        path=path,
+        arguments_path=(*path, action_key, "diff") if isinstance(diff, str) else None,
+    )
+    return Message(role="assistant", parts=(call,), path=path, item_type=kind)
+
+
+def _builtin_output(item: dict[str, Any], kind: str, path: Path) -> Message:
+    """The output of a built-in ``shell`` or ``apply_patch`` call: its texts (each
+    chunk's ``stdout`` and ``stderr``, or the patch's ``output``) are tool output;
+    everything else (outcomes, status) stays as sent."""
+    call_id = expect(item.get("call_id"), str, (*path, "call_id"))
+    content: list[ContentPart] = []
+    output = item.get("output")
+    if kind == "apply_patch_call_output":
+        if isinstance(output, str):
+            content.append(TextPart(text=output, path=(*path, "output"), safety=_RESULT))
+    elif isinstance(output, list):
+        for j, chunk in enumerate(output):
+            for stream in ("stdout", "stderr") if isinstance(chunk, dict) else ():
+                text = chunk.get(stream)
+                if isinstance(text, str):
+                    where = (*path, "output", j, stream)
+                    content.append(TextPart(text=text, path=where, safety=_RESULT))
+    result = ToolResultPart(call_id=call_id, content=tuple(content), path=path)
+    return Message(role="tool", parts=(result,), path=path, item_type=kind)
 
 
 def _tool_names(tools: Any) -> tuple[str, ...]:

@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from ctxwarden.adapters.openai_responses import is_model_item
+
 __all__ = [
     "MESSAGE_KEYS",
     "action_text",
@@ -90,8 +92,8 @@ def item_role(item: Any) -> str:
     kind = str(item.get("type", ""))
     if kind.endswith("_output"):
         return "tool"
-    if kind.endswith("_call") or kind == "reasoning":
-        return "assistant"
+    if kind.endswith("_call") or kind == "reasoning" or is_model_item(item):
+        return "assistant"  # the engine's reading too: it never protects less than this
     return kind or "unknown"
 
 
