@@ -31,10 +31,11 @@ def _custom_call_chat() -> dict[str, Any]:
 def test_a_custom_tool_call_is_a_call_its_result_answers() -> None:
     conversation = get_adapter("openai.chat").parse(_custom_call_chat())
     (call,) = conversation.messages[2].tool_calls
-    assert (call.call_id, call.name, call.arguments_path) == ("call_1", "apply_patch", None)
+    where = ("messages", 2, "tool_calls", 0, "custom", "input")  # its text, as in Responses
+    assert (call.call_id, call.name, call.arguments_path) == ("call_1", "apply_patch", where)
 
 
-def test_a_custom_tool_call_is_sent_exactly_while_its_output_is_condensed() -> None:
+def test_a_small_custom_tool_call_is_sent_exactly_while_its_output_is_condensed() -> None:
     wire = _custom_call_chat()
     res = make_engine("aggressive", FORCE).condense(wire, session="s")
     assert res.report["fallback_reason"] is None

@@ -664,7 +664,7 @@ CHAT: list[Shape] = [
             },
             {"role": "tool", "tool_call_id": "call_cu", "content": _lines("cu")},
         ],
-        payload=_CHAT_TOOL,
+        payload=_CHAT_TOOL | {("tool_calls", "#", "custom", "input")},
     ),
     Shape(
         "legacy_function_call",

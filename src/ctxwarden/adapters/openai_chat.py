@@ -68,15 +68,18 @@ def _content_parts(
 
 def _other_call(call: dict[str, Any], call_id: str, kind: Any, path: Path) -> Part:
     """A call of another type (``custom``: ``{"custom": {"name", "input"}}``): a call
-    whose id its result answers, never rewritten (no arguments path); opaque when it
-    names no tool."""
+    whose id its result answers; a custom call's text ``input`` is its argument text
+    (condensable in old calls, as a Responses ``custom_tool_call``'s input), any other
+    kind is never rewritten (no arguments path); opaque when it names no tool."""
     body = call.get(kind) if isinstance(kind, str) else None
     if isinstance(body, dict) and isinstance(body.get("name"), str):
         raw = body.get("input", "")
         arguments = raw if isinstance(raw, str) else _json(raw)
+        text_input = kind == "custom" and isinstance(raw, str) and "input" in body
         return ToolCallPart(
-            call_id=call_id, name=body["name"], arguments=arguments, path=path, arguments_path=None
-        )
+            call_id=call_id, name=body["name"], arguments=arguments, path=path,
+            arguments_path=(*path, kind, "input") if text_input else None,
+        )  # fmt: skip
     return OpaquePart(wire_type=str(kind), path=path, raw_json=_json(call))
 
 

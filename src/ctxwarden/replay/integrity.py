@@ -13,7 +13,8 @@ Categories (each a count per request):
 - ``protected``: a system / developer message, the first user message or a message
   after the last assistant message is not byte-identical;
 - ``shape``: a changed item differs in anything but its text payload (``content``,
-  ``text``, ``output``, ``arguments`` and a custom tool call's ``input`` strings): a
+  ``text``, ``output``, ``arguments``, a custom tool call's ``input``, a patch's
+  ``diff`` and a shell output's ``stdout`` / ``stderr`` strings): a
   key added or removed, a type, an id, a content list turned into a string; or
   tool-call arguments that were JSON are JSON no more (checked when the rewrite of an
   item is new).
@@ -39,7 +40,9 @@ __all__ = ["CATEGORIES", "check_integrity", "protected_positions", "unpaired_ids
 
 CATEGORIES = ("json", "fields", "order", "ids", "pairing", "protected", "shape")
 
-_PAYLOAD_KEYS = frozenset({"content", "text", "output", "arguments", "input"})
+_PAYLOAD_KEYS = frozenset(
+    {"content", "text", "output", "arguments", "input", "diff", "stdout", "stderr"}
+)
 """Keys whose string values a pass may rewrite; everything else of an item is exact."""
 
 
