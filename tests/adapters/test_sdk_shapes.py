@@ -1516,3 +1516,26 @@ def test_a_builtin_tool_output_pairs_with_its_call(kind: str) -> None:
     assert info.value.pointer == "/input/0/call_id"
     continued = get_adapter(R).parse({**request, "previous_response_id": "resp_1"})
     assert continued.messages[0].tool_results[0].call_id == "call_x"
+
+
+def test_only_a_later_patch_of_the_same_file_supersedes_a_patch_output() -> None:
+    """A patch's command is its operation and file (its diff is its argument text):
+    the same diff on another file is another action."""
+    diff = "@@\n-import os\n+import os\n+import sys\n"
+    items: list[Item] = [{"role": "user", "content": "go"}]
+    for i, file in enumerate(["src/a.py", "src/b.py", "src/a.py"]):
+        operation = {"type": "update_file", "path": file, "diff": diff}
+        log = "\n".join(f"{file}: check {k} passed ok_{k} run {i}" for k in range(120))
+        items += [
+            {"type": "apply_patch_call", "call_id": f"p{i}", "operation": operation},
+            {"type": "apply_patch_call_output", "call_id": f"p{i}", "output": log},
+        ]
+    done = {"type": "message", "role": "assistant", "content": [{"type": "output_text",
+                                                                 "text": "done"}]}  # fmt: skip
+    items += [done, {"role": "user", "content": "next"}]
+    conversation = get_adapter(R).parse({"model": "gpt-5", "input": items})
+    assert conversation.messages[1].tool_calls[0].command == "update_file src/a.py"
+    sent = _engine("balanced").condense({"model": "gpt-5", "input": items}, api=R).request
+    first_a, b = sent["input"][2]["output"], sent["input"][4]["output"]
+    assert "superseded by the same action in message #6" in first_a  # the later a.py patch
+    assert "superseded" not in b  # b.py was patched once

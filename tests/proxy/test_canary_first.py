@@ -146,13 +146,15 @@ def test_the_head_of_a_history_gives_the_key_of_the_whole(api: str) -> None:
 _KINDS = st.sampled_from([None, "message", "function_call", "custom_tool_call", "reasoning",
                           "function_call_output", "custom_tool_call_output", "computer_call",
                           "web_search_call", "item_reference", "mcp_approval_response",
+                          "shell_call", "shell_call_output", "apply_patch_call",
+                          "apply_patch_call_output", "program", "compaction",
                           "something_new"])  # fmt: skip
 _ROLES = st.sampled_from([None, "user", "assistant", "system", "developer", 3])
 
 
-@given(kind=_KINDS, role=_ROLES)
-def test_is_model_item_agrees_with_the_parse(kind: str | None, role: Any) -> None:
-    item: dict[str, Any] = {"content": "x", "call_id": "c1", "name": "read", "arguments": "{}",
+@given(kind=_KINDS, role=_ROLES, call_id=st.sampled_from(["c1", None]))
+def test_is_model_item_agrees_with_the_parse(kind: str | None, role: Any, call_id: Any) -> None:
+    item: dict[str, Any] = {"content": "x", "call_id": call_id, "name": "read", "arguments": "{}",
                             "output": "y", "input": "z", "summary": [], "id": "i1"}  # fmt: skip
     if kind is not None:
         item["type"] = kind

@@ -97,6 +97,12 @@ _MODEL_ITEMS = frozenset(
 """Role-less input items the model produced (the assistant's turn)."""
 
 
+_BUILTIN_CALLS = ("shell_call", "apply_patch_call")
+"""Calls of built-in tools that pair with their outputs (:func:`_builtin_call`)."""
+_BUILTIN_OUTPUTS = ("shell_call_output", "apply_patch_call_output")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output", *_BUILTIN_OUTPUTS)
+
+
 def is_model_item(value: Any) -> bool:
     """Whether an input item parses to an assistant message (what :func:`_item` gives
     ``role="assistant"``), without parsing or validating it: an item of an assistant
@@ -107,10 +113,12 @@ def is_model_item(value: Any) -> bool:
     kind = value.get("type")
     if kind is None or kind == "message":
         return value.get("role") == "assistant"
-    if kind in ("function_call", "custom_tool_call", "reasoning"):
+    if kind in ("function_call", "custom_tool_call", "reasoning", *_BUILTIN_CALLS):
         return True
-    if kind in ("function_call_output", "custom_tool_call_output") or not isinstance(kind, str):
+    if not isinstance(kind, str):
         return False
+    if kind in _OUTPUTS and value.get("call_id") is not None:
+        return False  # a paired output; one without a call id is read as an opaque item
     role = value.get("role")
     return role == "assistant" if isinstance(role, str) else kind in _MODEL_ITEMS
 
@@ -143,9 +151,9 @@ def _item(value: Any, path: Path) -> Message:
         content = _content_parts(item.get("output"), (*path, "output"), _RESULT)
         result = ToolResultPart(call_id=call_id, content=content, path=path)
         return Message(role="tool", parts=(result,), path=path, item_type=kind)
-    if kind in ("shell_call", "apply_patch_call"):
+    if kind in _BUILTIN_CALLS:
         return _builtin_call(item, kind, path)
-    if kind in ("shell_call_output", "apply_patch_call_output") and item.get("call_id") is not None:
+    if kind in _BUILTIN_OUTPUTS and item.get("call_id") is not None:
         return _builtin_output(item, kind, path)
     if kind == "reasoning":
         summary = item.get("summary")
@@ -175,17 +183,25 @@ def _item(value: Any, path: Path) -> Message:
 def _builtin_call(item: dict[str, Any], kind: str, path: Path) -> Message:
     """A call of the built-in ``shell`` or ``apply_patch`` tool: paired with its output
     by ``call_id`` like a function call. A patch's ``operation.diff`` is its argument
-    text (condensable in old calls, as a custom tool's input); a shell call's action
-    is kept as it is."""
+    text (condensable in old calls, as a custom tool's input) and its command the
+    operation and file (so only a later patch of the same file supersedes its output);
+    a shell call's action is kept as it is."""
     action_key = "action" if kind == "shell_call" else "operation"
     action = item.get(action_key)
-    diff = action.get("diff") if isinstance(action, dict) and kind == "apply_patch_call" else None
+    command = None
+    diff = None
+    if kind == "apply_patch_call":
+        operation = action if isinstance(action, dict) else {}
+        diff = operation.get("diff")
+        words = [operation.get("type"), operation.get("path")]
+        command = " ".join(w for w in words if isinstance(w, str)) or _json(action)
     call = ToolCallPart(
         call_id=expect(item.get("call_id"), str, (*path, "call_id")),
         name="shell" if kind == "shell_call" else "apply_patch",
         arguments=diff if isinstance(diff, str) else _json(action),
         path=path,
         arguments_path=(*path, action_key, "diff") if isinstance(diff, str) else None,
+        command=command,
     )
     return Message(role="assistant", parts=(call,), path=path, item_type=kind)
 

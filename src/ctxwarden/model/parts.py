@@ -114,6 +114,10 @@ class ToolCallPart:
     arguments_path: Path | None = None
     """Where the arguments string lives, when the wire keeps them as text (old calls'
     arguments are payload a pass may condense; the id and name never change)."""
+    command: str | None = None
+    """What the call does, when its arguments do not say it (a built-in patch: its
+    operation and file); ``None``: read from the arguments
+    (:func:`ctxwarden.signals.command_of`)."""
     edited: bool = False
     safety: SafetyClass = SafetyClass.PROTOCOL_EXACT
     kind: Literal["tool_call"] = "tool_call"

@@ -184,7 +184,7 @@ def _walk_message(
     for part in parts:
         if isinstance(part, ToolCallPart):
             built.calls[part.call_id] = part
-            built.commands.append(command_of(part.arguments))
+            built.commands.append(_command(part))
             if part.arguments_path is None:  # not a string: never rewritten
                 built.visible |= distinctive_set(part.arguments)
             else:
@@ -203,7 +203,7 @@ def _walk_message(
         elif isinstance(part, ToolResultPart):
             call = built.calls.get(part.call_id)
             name = call.name if call else ""
-            command = command_of(call.arguments) if call else ""
+            command = _command(call) if call else ""
             for sub in part.content:
                 if isinstance(sub, TextPart):
                     _add_segment(
@@ -296,18 +296,36 @@ def _eligible(
     return frozenset(eligible)
 
 
+def _command(call: ToolCallPart) -> str:
+    """The command ``call`` runs: the adapter's, else read from its arguments."""
+    return command_of(call.arguments) if call.command is None else call.command
+
+
 def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
+    """The segments the recency rules keep whole: the newest outputs (counted per tool
+    result, all of whose texts stay together: a shell output's stdout and stderr, a
+    result's text blocks) and the newest texts and calls."""
     recent: set[Path] = set()
     budget = config.recency_tokens
     used = 0
-    outputs = [s for s in segments if s.kind == "tool_output"]
+    results: list[list[Segment]] = []  # newest first, one list per tool result
+    for segment in reversed([s for s in segments if s.kind == "tool_output"]):
+        newest = results[-1][0] if results else None
+        same = newest is not None and (newest.message_index, newest.call_id) == (
+            segment.message_index,
+            segment.call_id,
+        )
+        if same:
+            results[-1].append(segment)
+        else:
+            results.append([segment])
     keep = max(
-        config.keep_newest_outputs, math.ceil(len(outputs) * config.keep_newest_percent / 100)
+        config.keep_newest_outputs, math.ceil(len(results) * config.keep_newest_percent / 100)
     )
-    for count, segment in enumerate(reversed(outputs)):
-        used += segment.tokens
+    for count, result in enumerate(results):
+        used += sum(segment.tokens for segment in result)
         if count < keep or used <= budget:
-            recent.add(segment.path)
+            recent.update(segment.path for segment in result)
         else:
             break
     texts = [s for s in segments if s.kind == "assistant_text"]

@@ -1,0 +1,69 @@
+"""The newest outputs are counted per tool result: every text of the newest result
+(a shell output's stdout and stderr, a result's several text blocks) stays whole,
+even where the result is no longer in the protected tail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ctxwarden import Engine, EngineConfig
+
+
+def _lines(tag: str, n: int = 150) -> str:
+    return "\n".join(f"{tag} line {i}: ident_{i} src/{tag}_{i}.py" for i in range(n))
+
+
+def _anthropic(turns: int) -> tuple[dict[str, Any], list[Any], int]:
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    for i in range(turns):
+        use = {"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {"cmd": f"ls {i}"}}
+        blocks = [{"type": "text", "text": _lines(f"o{i}")}, {"type": "text", "text": "exit 0"}]
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": blocks}
+        messages += [
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result]},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "next"},
+        ]
+    request = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": messages}
+    return request, messages, len(messages) - 3
+
+
+def _responses(turns: int, shell: bool) -> tuple[dict[str, Any], list[Any], int]:
+    items: list[Any] = [{"role": "user", "content": "go"}]
+    for i in range(turns):
+        if shell:
+            chunk = {"stdout": _lines(f"o{i}"), "stderr": "", "outcome": {"type": "timeout"}}
+            call = {"type": "shell_call", "call_id": f"c{i}", "action": {"commands": [f"ls {i}"]}}
+            output = {"type": "shell_call_output", "call_id": f"c{i}", "output": [chunk]}
+        else:
+            texts = [_lines(f"o{i}"), "exit 0"]
+            call = {"type": "function_call", "call_id": f"c{i}", "name": "bash", "arguments": "{}"}
+            output = {
+                "type": "function_call_output",
+                "call_id": f"c{i}",
+                "output": [{"type": "input_text", "text": t} for t in texts],
+            }
+        reply = {"type": "message", "role": "assistant", "content": [{"type": "output_text",
+                                                                      "text": "ok"}]}  # fmt: skip
+        items += [call, output, reply, {"role": "user", "content": "next"}]
+    return {"model": "gpt-5", "input": items}, items, len(items) - 3
+
+
+@pytest.mark.parametrize("preset", ["balanced", "aggressive"])
+@pytest.mark.parametrize("shape", ["shell", "function_call_list", "anthropic_blocks"])
+def test_the_newest_result_stays_whole(shape: str, preset: str) -> None:
+    if shape == "anthropic_blocks":
+        request, items, newest = _anthropic(8)
+        api, key = "anthropic.messages", "messages"
+    else:
+        request, items, newest = _responses(8, shell=shape == "shell")
+        api, key = "openai.responses", "input"
+    engine = Engine(EngineConfig(preset=preset, store={"backend": "memory"}))
+    result = engine.condense(request, api=api)
+    sent = result.request[key]
+    assert result.report["rewritten"], "nothing condensed: the test shows nothing"
+    assert sent[newest] == items[newest]
+    assert sent[2] != items[2]  # the oldest output was condensed
