@@ -254,13 +254,17 @@ def test_the_key_from_the_head_is_the_key_of_the_whole(api: str, data: st.DataOb
     assert head_canary_key(_ENGINE.parse, request, api) == whole
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b'{"model":"gpt-4o","messages":[{"role":"tool","content":"x"}]}', b"not json", b"[1, 2]"],
+)
 @pytest.mark.parametrize("percent", [0, 0.0])
 async def test_a_zero_canary_relays_a_request_whose_key_cannot_be_read(
-    make_proxy: ProxyFactory, percent: float
+    make_proxy: ProxyFactory, percent: float, body: bytes
 ) -> None:
     # no session is inside a 0% canary, so a request whose head the engine cannot read
-    # is outside too: relayed as sent for the upstream to judge, not refused with 400
-    body = b'{"model":"gpt-4o","messages":[{"role":"tool","content":"x"}]}'
+    # (or that is no JSON object at all) is outside too: relayed as sent for the
+    # upstream to judge, not refused with 400
     async with make_proxy(canary_percent=percent) as proxy:
         status, _answer = await _post(proxy, body)
         await proxy.state.drain()

@@ -60,3 +60,31 @@ def test_a_file_that_is_not_a_session_is_skipped_and_named(tmp_path: Path) -> No
     assert skipped == [
         {"file": str(garbage), "session": None, "error": skipped[0]["error"]}
     ] and skipped[0]["error"].startswith(f"{garbage}: not JSON")
+
+
+def test_a_skipped_session_leaves_the_memory_peak_alone(tmp_path: Path) -> None:
+    from ctxwarden.replay.runner import ReplayOptions
+
+    good = _write(tmp_path / "a_good.json", tool_session())
+    heavy = tool_session()  # a large output, then a request the engine refuses
+    heavy[3] = {**heavy[3], "content": "\n".join(f"line {i} ident_{i}" for i in range(40000))}
+    heavy[5] = {**heavy[5], "tool_call_id": "nobody"}
+    broken = _write(tmp_path / "b_broken.json", heavy)
+    options = ReplayOptions(trace_memory=True)
+    result = run_replay([good, broken], [_CONFIG], options=options)
+    assert len(result.skipped) == 1
+    peaks = {s.name: s.peak_condense_bytes for s in result.subjects}
+    # the good session's condenses allocate kilobytes; the refused one's, megabytes
+    assert all(peak is not None and peak < 1_000_000 for peak in peaks.values()), peaks
+
+
+def test_a_request_log_naming_an_unknown_api_is_skipped_and_named(tmp_path: Path) -> None:
+    good = _write(tmp_path / "a_good.json", tool_session())
+    log = tmp_path / "b_log.jsonl"
+    request = {"model": "gpt-4o", "messages": tool_session()[:3]}
+    log.write_bytes(json.dumps({"request": request, "api": "openai.foo"}).encode() + b"\n")
+    alone, _ = _figures([good])
+    together, skipped = _figures([good, log])
+    assert together == alone
+    (skip,) = skipped
+    assert skip["error"].startswith(f"{log}:1: unknown api 'openai.foo'")

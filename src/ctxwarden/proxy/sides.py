@@ -50,11 +50,14 @@ def quick_decision(
     """The mode as far as it is known before reading the body: the kill switch, the
     mode header, the server mode, and the canary side of a session the client named
     (bucketed by its name, as on the engine thread). A session without a name stays
-    ``active`` here: its side is told by :func:`canary_decision`, off the engine
-    thread."""
+    ``active`` here (its side is told by :func:`canary_decision`, off the engine
+    thread), except under a 0% canary, which every request is outside: even one whose
+    body cannot be read is then relayed as sent."""
     quick = unsplit(state, wanted, server_mode)
-    if quick.mode != "active" or quick.reason != "server" or session is None:
+    if quick.mode != "active" or quick.reason != "server":
         return quick
+    if session is None:
+        return _all_out(state) or quick
     return split_by(state, wanted, server_mode, session)
 
 

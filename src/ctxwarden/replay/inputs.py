@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from ctxwarden.adapters import ADAPTERS
 from ctxwarden.errors import CtxwardenError, ReplayError
 from ctxwarden.io import guess_api, load_session, read_bytes, session_requests
 from ctxwarden.replay.wire import item_role, items_of
@@ -105,6 +106,9 @@ def read_jsonl(path: Path) -> list[ReplaySession]:
         request = record.get("request") if isinstance(record.get("request"), dict) else record
         assert isinstance(request, dict)
         api = str(record.get("api") or guess_api(request))
+        if api not in ADAPTERS:
+            known = ", ".join(sorted(ADAPTERS))
+            raise ReplayError(f"{path}:{n}: unknown api {api!r} (known: {known})")
         session = str(record.get("session") or path.name)
         ts = _ts(record.get("ts", record.get("timestamp")))
         groups.setdefault(session, []).append((request, api, record.get("response"), ts))

@@ -11,9 +11,9 @@ Contract of :func:`run_replay`:
 - an input that cannot be used is skipped and listed in ``ReplayResult.skipped``,
   never silently: a file that cannot be read as sessions, or a session the engine
   refuses a request of (:class:`~ctxwarden.errors.MalformedRequest`, as a provider
-  would). A skipped session counts in no figure: its metrics join the result only
-  once its last request is measured. Any other error (the store, the configuration)
-  stops the replay.
+  would). A skipped session counts in no figure: its metrics and memory peak join the
+  result only once its last request is measured (the process's peak RSS is the
+  process's). Any other error (the store, the configuration) stops the replay.
 """
 
 from __future__ import annotations
@@ -122,6 +122,9 @@ class _State:
     view: RequestView
     metrics: SessionMetrics
     featured: Featured | None = None
+    peak_condense_bytes: int | None = None
+    """This session's peak allocation per condense (``trace_memory``), merged into the
+    result's when the session ends."""
     recover_memo: dict[tuple[bytes, bytes], bool] = field(default_factory=dict)
     validated: set[bytes] = field(default_factory=set)
 
@@ -318,7 +321,7 @@ def _replay_session(
             m.ms.append((time.perf_counter() - t0) * 1000)
             if tracing:
                 peak = tracemalloc.get_traced_memory()[1] - base
-                st.result.peak_condense_bytes = max(st.result.peak_condense_bytes or 0, peak)
+                st.peak_condense_bytes = max(st.peak_condense_bytes or 0, peak)
             prev = st.view.prev
             c = st.view.advance(cond, rr.api)
             if prev is not None and c.cached_tokens < prev.tokens:
@@ -350,7 +353,10 @@ def _replay_session(
                 candidate = Featured.of(turn, rr, cond, violations, missed, lost)
                 if st.featured is None or candidate.rank >= st.featured.rank:
                     st.featured = candidate
-    for st in states:
+    for st in states:  # the session ended: only now does it join the figures
         st.result.sessions.append(st.metrics)
+        if st.peak_condense_bytes is not None:
+            known = st.result.peak_condense_bytes or 0
+            st.result.peak_condense_bytes = max(known, st.peak_condense_bytes)
         if st.featured is not None:
             st.result.views.offer(st.metrics, st.featured)

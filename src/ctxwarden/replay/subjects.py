@@ -80,6 +80,12 @@ class ExactSubject:
 def _masked_copy(item: dict[str, Any]) -> dict[str, Any] | None:
     if item.get("role") in ("tool", "function"):
         return {**item, "content": MASK_PLACEHOLDER}
+    if item.get("type") == "shell_call_output" and isinstance(item.get("output"), list):
+        chunks = [  # each chunk keeps its outcome; its streams are masked
+            {**c, "stdout": MASK_PLACEHOLDER, "stderr": ""} if isinstance(c, dict) else c
+            for c in item["output"]
+        ]
+        return {**item, "output": chunks}
     if str(item.get("type", "")).endswith("_output") and "output" in item:
         return {**item, "output": MASK_PLACEHOLDER}
     content = item.get("content")
