@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from ctxwarden import Engine, EngineConfig
@@ -67,3 +68,38 @@ def test_the_newest_result_stays_whole(shape: str, preset: str) -> None:
     assert result.report["rewritten"], "nothing condensed: the test shows nothing"
     assert sent[newest] == items[newest]
     assert sent[2] != items[2]  # the oldest output was condensed
+
+
+def _chat_parallel(turns: int) -> dict[str, Any]:
+    """Turns of two parallel calls with large arguments; the last turn's outputs are
+    the newest messages."""
+    messages: list[Any] = [
+        {"role": "system", "content": "agent"},
+        {"role": "user", "content": "go"},
+    ]
+    for i in range(turns):
+        calls = [
+            {"id": f"c{i}_{k}", "type": "function", "function": {
+                "name": "write", "arguments": orjson.dumps({"path": f"src/m{i}_{k}.py",
+                                                            "text": _lines(f"w{i}{k}")}).decode()}}
+            for k in range(2)
+        ]  # fmt: skip
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        messages += [
+            {"role": "tool", "tool_call_id": c["id"], "content": f"wrote {i}"} for c in calls
+        ]
+        if i < turns - 1:
+            messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "on"}]
+    return {"model": "gpt-4o", "messages": messages}
+
+
+@pytest.mark.parametrize("preset", ["balanced", "aggressive"])
+def test_every_parallel_call_of_the_newest_turn_keeps_its_arguments(preset: str) -> None:
+    request = _chat_parallel(6)
+    engine = Engine(EngineConfig(preset=preset, store={"backend": "memory"}))
+    result = engine.condense(request)
+    sent = result.request["messages"]
+    assert result.report["rewritten"]
+    newest = max(i for i, m in enumerate(sent) if m.get("tool_calls"))
+    assert sent[newest] == request["messages"][newest]  # both calls' arguments whole
+    assert sent[2] != request["messages"][2]  # the oldest turn's arguments were trimmed

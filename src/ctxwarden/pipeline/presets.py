@@ -144,7 +144,12 @@ class PipelineConfig(_Strict):
         description="Newest assistant texts always kept. Older ones are condensed as soon as "
         "they leave this window, next to the cached prefix's end, where a rewrite is cheap.",
     )
-    keep_newest_calls: int = Field(1, ge=0, description="Newest tool-call arguments always kept.")
+    keep_newest_calls: int = Field(
+        1,
+        ge=0,
+        description="Tool-call arguments of this many newest assistant turns always kept "
+        "(every parallel call of a turn).",
+    )
     relevance_turns: int = Field(
         0,
         ge=0,

@@ -304,7 +304,8 @@ def _command(call: ToolCallPart) -> str:
 def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
     """The segments the recency rules keep whole: the newest outputs (counted per tool
     result, all of whose texts stay together: a shell output's stdout and stderr, a
-    result's text blocks) and the newest texts and calls."""
+    result's text blocks), the newest texts, and the calls of the newest turns (all
+    parallel calls of a turn together)."""
     recent: set[Path] = set()
     budget = config.recency_tokens
     used = 0
@@ -331,9 +332,10 @@ def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
     texts = [s for s in segments if s.kind == "assistant_text"]
     if config.keep_newest_texts:
         recent.update(s.path for s in texts[-config.keep_newest_texts :])
-    calls = [s for s in segments if s.kind == "tool_args"]
-    if config.keep_newest_calls:
-        recent.update(s.path for s in calls[-config.keep_newest_calls :])
+    if config.keep_newest_calls:  # per assistant turn: all of its parallel calls
+        calls = [s for s in segments if s.kind == "tool_args"]
+        turns = sorted({s.message_index for s in calls})[-config.keep_newest_calls :]
+        recent.update(s.path for s in calls if s.message_index in turns)
     return frozenset(recent)
 
 
