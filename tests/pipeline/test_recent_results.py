@@ -103,3 +103,21 @@ def test_every_parallel_call_of_the_newest_turn_keeps_its_arguments(preset: str)
     newest = max(i for i, m in enumerate(sent) if m.get("tool_calls"))
     assert sent[newest] == request["messages"][newest]  # both calls' arguments whole
     assert sent[2] != request["messages"][2]  # the oldest turn's arguments were trimmed
+
+
+def test_every_text_block_of_the_newest_turn_is_kept() -> None:
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    for i in range(6):
+        blocks = [
+            {"type": "text", "text": _lines(f"plan{i}", 60)},
+            {"type": "text", "text": _lines(f"then{i}", 60)},
+            {"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {"cmd": f"ls {i}"}},
+        ]
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"done {i}"}
+        messages += [{"role": "assistant", "content": blocks},
+                     {"role": "user", "content": [result]}]  # fmt: skip
+    request = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": messages}
+    engine = Engine(EngineConfig(preset="balanced", store={"backend": "memory"}))  # 1 turn
+    sent = engine.condense(request, api="anthropic.messages").request["messages"]
+    assert sent[-2] == messages[-2]  # the newest turn: both its text blocks whole
+    assert sent[1] != messages[1]  # the oldest turn's texts were condensed

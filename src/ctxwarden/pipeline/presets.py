@@ -141,8 +141,9 @@ class PipelineConfig(_Strict):
     keep_newest_texts: int = Field(
         1,
         ge=0,
-        description="Newest assistant texts always kept. Older ones are condensed as soon as "
-        "they leave this window, next to the cached prefix's end, where a rewrite is cheap.",
+        description="Assistant texts of this many newest turns always kept (every text block "
+        "of a turn). Older ones are condensed as soon as they leave this window, next to the "
+        "cached prefix's end, where a rewrite is cheap.",
     )
     keep_newest_calls: int = Field(
         1,

@@ -304,8 +304,8 @@ def _command(call: ToolCallPart) -> str:
 def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
     """The segments the recency rules keep whole: the newest outputs (counted per tool
     result, all of whose texts stay together: a shell output's stdout and stderr, a
-    result's text blocks), the newest texts, and the calls of the newest turns (all
-    parallel calls of a turn together)."""
+    result's text blocks), and the texts and calls of the newest turns (a turn's
+    several text blocks, or parallel calls, together)."""
     recent: set[Path] = set()
     budget = config.recency_tokens
     used = 0
@@ -329,14 +329,19 @@ def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
             recent.update(segment.path for segment in result)
         else:
             break
-    texts = [s for s in segments if s.kind == "assistant_text"]
-    if config.keep_newest_texts:
-        recent.update(s.path for s in texts[-config.keep_newest_texts :])
-    if config.keep_newest_calls:  # per assistant turn: all of its parallel calls
-        calls = [s for s in segments if s.kind == "tool_args"]
-        turns = sorted({s.message_index for s in calls})[-config.keep_newest_calls :]
-        recent.update(s.path for s in calls if s.message_index in turns)
+    recent |= _newest_turns(segments, "assistant_text", config.keep_newest_texts)
+    recent |= _newest_turns(segments, "tool_args", config.keep_newest_calls)
     return frozenset(recent)
+
+
+def _newest_turns(segments: list[Segment], kind: str, turns: int) -> set[Path]:
+    """The ``kind`` segments of the newest ``turns`` messages holding any (a message's
+    several text blocks or parallel calls count as one turn)."""
+    if turns <= 0:
+        return set()
+    of_kind = [s for s in segments if s.kind == kind]
+    newest = set(sorted({s.message_index for s in of_kind})[-turns:])
+    return {s.path for s in of_kind if s.message_index in newest}
 
 
 def _relevant(
