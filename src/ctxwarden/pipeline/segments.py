@@ -307,28 +307,24 @@ def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
     result's text blocks), and the texts and calls of the newest turns (a turn's
     several text blocks, or parallel calls, together)."""
     recent: set[Path] = set()
-    budget = config.recency_tokens
-    used = 0
-    results: list[list[Segment]] = []  # newest first, one list per tool result
-    for segment in reversed([s for s in segments if s.kind == "tool_output"]):
-        newest = results[-1][0] if results else None
-        same = newest is not None and (newest.message_index, newest.call_id) == (
-            segment.message_index,
-            segment.call_id,
-        )
-        if same:
-            results[-1].append(segment)
-        else:
-            results.append([segment])
-    keep = max(
-        config.keep_newest_outputs, math.ceil(len(results) * config.keep_newest_percent / 100)
-    )
-    for count, result in enumerate(results):
-        used += sum(segment.tokens for segment in result)
-        if count < keep or used <= budget:
-            recent.update(segment.path for segment in result)
-        else:
+    outputs = [s for s in segments if s.kind == "tool_output"]  # a result's are adjacent
+    keep = config.keep_newest_outputs
+    if config.keep_newest_percent:
+        results = len({(s.message_index, s.call_id) for s in outputs})
+        keep = max(keep, math.ceil(results * config.keep_newest_percent / 100))
+    used = count = 0
+    end = len(outputs)
+    while end > 0:  # the newest result first
+        start = end - 1
+        key = (outputs[start].message_index, outputs[start].call_id)
+        while start > 0 and (outputs[start - 1].message_index, outputs[start - 1].call_id) == key:
+            start -= 1
+        used += sum(s.tokens for s in outputs[start:end])
+        if count >= keep and used > config.recency_tokens:
             break
+        recent.update(s.path for s in outputs[start:end])
+        count += 1
+        end = start
     recent |= _newest_turns(segments, "assistant_text", config.keep_newest_texts)
     recent |= _newest_turns(segments, "tool_args", config.keep_newest_calls)
     return frozenset(recent)
@@ -337,11 +333,17 @@ def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
 def _newest_turns(segments: list[Segment], kind: str, turns: int) -> set[Path]:
     """The ``kind`` segments of the newest ``turns`` messages holding any (a message's
     several text blocks or parallel calls count as one turn)."""
-    if turns <= 0:
-        return set()
-    of_kind = [s for s in segments if s.kind == kind]
-    newest = set(sorted({s.message_index for s in of_kind})[-turns:])
-    return {s.path for s in of_kind if s.message_index in newest}
+    out: set[Path] = set()
+    messages: set[int] = set()
+    for segment in reversed(segments):  # in message order: a message's are adjacent
+        if segment.kind != kind:
+            continue
+        if segment.message_index not in messages:
+            if len(messages) == turns:
+                break
+            messages.add(segment.message_index)
+        out.add(segment.path)
+    return out
 
 
 def _relevant(
