@@ -38,6 +38,8 @@ def _dup_request() -> dict[str, object]:
         result("c2", lines_of("beta", 5)),
         call("c3", "find src -type f"),
         result("c3", listing),
+        call("c4", "echo done"),  # the copy is not the newest output: dedupe leaves that
+        result("c4", "done"),
     )
 
 
@@ -271,7 +273,7 @@ def test_minified_json_only_drops_whitespace(value: object, indent: int | str) -
 
 def test_normalize_pass_refs_exact_original() -> None:
     noisy = _noisy()
-    wire = request(call("c1", "pytest --color=yes"), result("c1", noisy))
+    wire = request(call("c1", "pytest --color=yes"), result("c1", noisy), *_LATER)
     engine = make_engine(pipeline={**FORCE, "order": ["normalize"]})
     res = engine.condense(wire)
     sent = res.request["messages"][3]["content"]
@@ -283,13 +285,33 @@ def test_normalize_pass_refs_exact_original() -> None:
 
 
 def test_normalize_pass_skips_clean_text_and_small_savings() -> None:
-    wire = request(call("c1", "ls"), result("c1", lines_of("clean", 40)))
+    wire = request(call("c1", "ls"), result("c1", lines_of("clean", 40)), *_LATER)
     ctx, _ = context(wire)
     assert NormalizePass(NormalizeConfig())(ctx, {}) == {}
-    noisy = request(call("c1", "ls"), result("c1", _noisy()))
+    noisy = request(call("c1", "ls"), result("c1", _noisy()), *_LATER)
     ctx2, _ = context(noisy)
     assert NormalizePass(NormalizeConfig())(ctx2, {})
     assert NormalizePass(NormalizeConfig(min_saving_tokens=100_000))(ctx2, {}) == {}
+
+
+def test_the_newest_output_is_sent_as_the_tool_gave_it() -> None:
+    """Neither normalized nor pointed at an earlier copy (which a lossy pass may
+    condense in the same step): the agent's latest observation stays whole."""
+    noisy = _noisy()
+    listing = lines_of("alpha", 60)
+    wire = request(call("c1", "ls"), result("c1", listing), call("c2", "ls"),
+                   result("c2", listing), call("c3", "pytest"), result("c3", noisy))  # fmt: skip
+    for order in (["dedupe"], ["normalize"]):
+        engine = make_engine(pipeline={**FORCE, "order": order})
+        sent = engine.condense(wire).request["messages"]
+        assert sent[7] == wire["messages"][7]  # type: ignore[index]
+    once_older = {**wire, "messages": [*wire["messages"][:-2], *_LATER, *wire["messages"][-2:]]}
+    sent = make_engine(pipeline={**FORCE, "order": ["normalize"]}).condense(once_older).request
+    assert "normalized" in sent["messages"][7]["content"]  # once older, it is normalized
+
+
+_LATER = (call("c9", "echo done"), result("c9", "done"))
+"""A later output: what comes before it is not the newest any more."""
 
 
 @pytest.mark.parametrize("run", [2, 4, 8])

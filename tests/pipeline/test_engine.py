@@ -368,6 +368,8 @@ def test_a_note_pointing_to_an_output_that_changed_is_not_reapplied() -> None:
         result("c2", "a.py b.py"),
         call("c3", "python run.py --again"),
         result("c3", text),
+        call("c4", "echo done"),  # the copy is not the newest output (never deduped)
+        result("c4", "done"),
     )
     engine = make_engine("balanced", FORCE)
     res1 = engine.condense(first, session="s")
