@@ -294,20 +294,21 @@ def test_normalize_pass_skips_clean_text_and_small_savings() -> None:
     assert NormalizePass(NormalizeConfig(min_saving_tokens=100_000))(ctx2, {}) == {}
 
 
-def test_the_newest_output_is_sent_as_the_tool_gave_it() -> None:
-    """Neither normalized nor pointed at an earlier copy (which a lossy pass may
-    condense in the same step): the agent's latest observation stays whole."""
-    noisy = _noisy()
+def test_the_newest_output_never_points_at_a_copy_condensed_in_the_same_step() -> None:
+    """Dedupe would make it "identical to message #3" while mask condenses message 3:
+    the agent's latest observation would be shown nowhere in full. Older copies are
+    still deduped, and a newest output whose first copy stays whole is too."""
     listing = lines_of("alpha", 60)
-    wire = request(call("c1", "ls"), result("c1", listing), call("c2", "ls"),
-                   result("c2", listing), call("c3", "pytest"), result("c3", noisy))  # fmt: skip
-    for order in (["dedupe"], ["normalize"]):
-        engine = make_engine(pipeline={**FORCE, "order": order})
-        sent = engine.condense(wire).request["messages"]
-        assert sent[7] == wire["messages"][7]  # type: ignore[index]
-    once_older = {**wire, "messages": [*wire["messages"][:-2], *_LATER, *wire["messages"][-2:]]}
-    sent = make_engine(pipeline={**FORCE, "order": ["normalize"]}).condense(once_older).request
-    assert "normalized" in sent["messages"][7]["content"]  # once older, it is normalized
+    wire = request(call("c1", "ls"), result("c1", listing), call("c2", "pwd"),
+                   result("c2", lines_of("beta", 60)), call("c3", "ls"),
+                   result("c3", listing))  # fmt: skip
+    engine = make_engine(pipeline={**FORCE, "order": ["dedupe", "mask"]})
+    res = engine.condense(wire)
+    sent = res.request["messages"]
+    assert sent[3] != wire["messages"][3]  # type: ignore[index]  # the first copy: masked
+    assert sent[7] == wire["messages"][7]  # type: ignore[index]  # the newest: whole
+    alone = make_engine(pipeline={**FORCE, "order": ["dedupe"]}).condense(wire).request
+    assert "identical to the output in message #3" in alone["messages"][7]["content"]
 
 
 _LATER = (call("c9", "echo done"), result("c9", "done"))

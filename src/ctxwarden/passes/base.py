@@ -84,11 +84,7 @@ class PassContext:
     segments: list[Segment]
     eligible: frozenset[Path]
     recent: frozenset[Path]
-    """Eligible tool outputs inside the recency budget: the lossy passes (but the
-    truncation guardrail), dedupe and normalization leave them, so the agent's latest
-    observations are sent as the tool gave them (dedupe would point one at a copy a
-    lossy pass condenses in the same step). Supersession may still point one at a newer
-    run of the same action, which is newer still and so shown."""
+    """Eligible tool outputs inside the recency budget (lossy passes leave them)."""
     relevant: frozenset[Path]
     """Outputs the recent turns are working on (kept in full by lossy passes)."""
     counter: TokenCounter

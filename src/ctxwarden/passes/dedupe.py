@@ -12,11 +12,7 @@ __all__ = ["DedupePass"]
 
 
 class DedupePass:
-    """Lossless: the first copy stays (it is in the cached prefix), later copies point to it.
-
-    The newest outputs (``ctx.recent``) are not pointed away: a lossy pass may condense
-    the first copy in the same step, and the agent's latest observation must stay
-    shown in full. Once older, they are deduped like any copy."""
+    """Lossless: the first copy stays (it is in the cached prefix), later copies point to it."""
 
     name = "dedupe"
 
@@ -42,7 +38,6 @@ class DedupePass:
                 continue
             if (
                 segment.path not in ctx.eligible
-                or segment.path in ctx.recent
                 or segment.path in decided
                 or segment.tokens < self.config.min_tokens
             ):

@@ -104,8 +104,8 @@ class NormalizePass:
     ) -> dict[Path, Replacement]:
         out: dict[Path, Replacement] = {}
         for segment in ctx.open_segments(decided):
-            if segment.tokens < self.config.min_tokens or segment.path in ctx.recent:
-                continue  # the newest outputs are sent as the tool gave them
+            if segment.tokens < self.config.min_tokens:
+                continue
             normalized = self._normalized(segment.text)
             if normalized is None:
                 continue
