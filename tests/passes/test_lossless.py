@@ -295,9 +295,9 @@ def test_normalize_pass_skips_clean_text_and_small_savings() -> None:
 
 
 def test_the_newest_output_never_points_at_a_copy_condensed_in_the_same_step() -> None:
-    """Dedupe would make it "identical to message #3" while mask condenses message 3:
-    the agent's latest observation would be shown nowhere in full. Older copies are
-    still deduped, and a newest output whose first copy stays whole is too."""
+    """Dedupe would make it "identical to message #3" while mask condenses message 3
+    (now, or on a later turn while the note is kept): the agent's latest observation
+    would be shown nowhere in full. A recent output is not deduped; once older it is."""
     listing = lines_of("alpha", 60)
     wire = request(call("c1", "ls"), result("c1", listing), call("c2", "pwd"),
                    result("c2", lines_of("beta", 60)), call("c3", "ls"),
@@ -308,7 +308,10 @@ def test_the_newest_output_never_points_at_a_copy_condensed_in_the_same_step() -
     assert sent[3] != wire["messages"][3]  # type: ignore[index]  # the first copy: masked
     assert sent[7] == wire["messages"][7]  # type: ignore[index]  # the newest: whole
     alone = make_engine(pipeline={**FORCE, "order": ["dedupe"]}).condense(wire).request
-    assert "identical to the output in message #3" in alone["messages"][7]["content"]
+    assert alone["messages"][7] == wire["messages"][7]  # type: ignore[index]
+    later = {**wire, "messages": [*wire["messages"][:-2], *_LATER, *wire["messages"][-2:]]}
+    older = make_engine(pipeline={**FORCE, "order": ["dedupe"]}).condense(later).request
+    assert "identical to the output in message #3" in older["messages"][7]["content"]
 
 
 _LATER = (call("c9", "echo done"), result("c9", "done"))
@@ -354,3 +357,27 @@ def test_a_workdir_does_not_put_every_output_of_a_directory_in_focus() -> None:
     engine = make_engine("conservative", {**FORCE, "relevance_turns": 4})
     res = engine.condense(request(*turns))
     assert res.report["transforms"].get("mask", {}).get("count", 0) >= 3
+
+
+def test_a_recent_copy_stays_whole_when_its_first_copy_leaves_the_window_later() -> None:
+    """Both copies recent on turn 1, the first masked on turn 2 while the second is
+    still recent: a dedupe note kept from turn 1 would point at the masked copy."""
+    listing = lines_of("alpha", 60)
+    turn1 = [call("c1", "ls"), result("c1", listing), call("c2", "ls"), result("c2", listing)]
+    turn2 = [*turn1, call("c3", "pwd"), result("c3", lines_of("gamma", 5))]
+    ctx, _ = context(request(*turn2))
+    budget = 2 * segment_at(ctx, 5).tokens  # turn 1: both fit; turn 2: the first does not
+    engine = make_engine(pipeline={**FORCE, "recency_tokens": budget, "order": ["dedupe", "mask"]})
+    for turns in (turn1, turn2):
+        sent = engine.condense(request(*turns), session="s").request["messages"]
+        assert sent[5]["content"] == listing
+    assert sent[3]["content"] != listing  # turn 2 masked the first copy
+
+
+def test_the_truncation_guardrail_cuts_a_recent_copy_of_an_oversized_output() -> None:
+    huge = lines_of("huge", 3000)
+    wire = request(call("c1", "cat big.log"), result("c1", huge), call("c2", "cat big.log"),
+                   result("c2", huge))  # fmt: skip
+    for order in (["truncate"], ["dedupe", "truncate"]):
+        sent = make_engine(pipeline={**FORCE, "order": order}).condense(wire).request
+        assert sent["messages"][5]["content"].count("\n") < 200, order  # cut, not a note

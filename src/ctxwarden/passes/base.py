@@ -84,7 +84,10 @@ class PassContext:
     segments: list[Segment]
     eligible: frozenset[Path]
     recent: frozenset[Path]
-    """Eligible tool outputs inside the recency budget (lossy passes leave them)."""
+    """Eligible tool outputs inside the recency budget: the lossy passes (but the
+    truncation guardrail) and dedupe leave them, so the agent's latest observations stay
+    shown in full (a dedupe note would point at a copy a lossy pass may condense).
+    Normalization, which keeps their content, and supersession by a newer run apply."""
     relevant: frozenset[Path]
     """Outputs the recent turns are working on (kept in full by lossy passes)."""
     counter: TokenCounter

@@ -12,7 +12,12 @@ __all__ = ["DedupePass"]
 
 
 class DedupePass:
-    """Lossless: the first copy stays (it is in the cached prefix), later copies point to it."""
+    """Lossless: the first copy stays (it is in the cached prefix), later copies point to it.
+
+    A recent output (``ctx.recent``) is not pointed away: a lossy pass may condense the
+    first copy in this step or a later one while the note is kept, and the agent's
+    latest observations must stay shown in full. Once older, it is deduped like any
+    copy (and the truncation guardrail still cuts an oversized recent one)."""
 
     name = "dedupe"
 
@@ -38,6 +43,7 @@ class DedupePass:
                 continue
             if (
                 segment.path not in ctx.eligible
+                or segment.path in ctx.recent
                 or segment.path in decided
                 or segment.tokens < self.config.min_tokens
             ):

@@ -386,8 +386,6 @@ class Condenser:
                     saved += gain
             if target is not None and saved >= target:
                 break
-        for path in _pointing_at_condensed(new, decided, view.recent):
-            del new[path]
         return new
 
     def _choose_step(
@@ -615,23 +613,6 @@ def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: 
     key, ref = witness
     segment = by_key.get(key)
     return segment is not None and _reads_as(segment, ref, common)
-
-
-def _pointing_at_condensed(
-    new: dict[Path, Replacement], decided: dict[Path, Replacement], recent: frozenset[Path]
-) -> list[Path]:
-    """Recent outputs that a new dedupe note points at a copy a lossy replacement
-    condenses (adopted before, or proposed now): they stay whole, so each of the
-    agent's latest observations is shown in full somewhere."""
-    return [
-        path
-        for path, rep in new.items()
-        if rep.transform == "dedupe"
-        and path in recent
-        and rep.witness is not None
-        and rep.witness in decided
-        and not decided[rep.witness].lossless
-    ]
 
 
 def step_is_free(
