@@ -375,9 +375,10 @@ def test_a_recent_copy_stays_whole_when_its_first_copy_leaves_the_window_later()
 
 
 def test_the_truncation_guardrail_cuts_a_recent_copy_of_an_oversized_output() -> None:
-    huge = lines_of("huge", 3000)
-    wire = request(call("c1", "cat big.log"), result("c1", huge), call("c2", "cat big.log"),
-                   result("c2", huge))  # fmt: skip
+    huge = lines_of("alpha", 3000)
+    wire = request(call("c1", "cat big"), result("c1", huge), call("c2", "pwd"),
+                   result("c2", lines_of("beta", 60)), call("c3", "cat big"),
+                   result("c3", huge))  # fmt: skip
     for order in (["truncate"], ["dedupe", "truncate"]):
         sent = make_engine(pipeline={**FORCE, "order": order}).condense(wire).request
-        assert sent["messages"][5]["content"].count("\n") < 200, order  # cut, not a note
+        assert sent["messages"][7]["content"].count("\n") < 200, order  # cut, not whole
