@@ -23,6 +23,7 @@ import pytest
 
 from ctxwarden.store.base import REF_PATTERN
 from tests.passes.convo import FORCE, make_engine
+from tests.wire_diff import value_at
 
 _FORCED: dict[str, Any] = {**FORCE, "mask": {"min_tokens": 0}, "summarize": {"min_tokens": 0}}
 
@@ -46,12 +47,6 @@ def _text_edits(before: Any, after: Any, path: tuple[Any, ...] = ()) -> list[tup
     return []
 
 
-def _at(wire: Any, path: tuple[Any, ...]) -> Any:
-    for key in path:
-        wire = wire[key]
-    return wire
-
-
 def _condense_checked(
     wire: dict[str, Any], api: str, allowed: set[tuple[Any, ...]]
 ) -> list[tuple[Any, ...]]:
@@ -67,7 +62,7 @@ def _condense_checked(
     edits = _text_edits(wire, result.request)
     for path in edits:
         assert tuple(k if isinstance(k, str) else "#" for k in path) in allowed, path
-        original, text = _at(wire, path), _at(result.request, path)
+        original, text = value_at(wire, path), value_at(result.request, path)
         assert original in [engine.recall(ref) for ref in REF_PATTERN.findall(text)], path
     return edits
 

@@ -29,6 +29,7 @@ from ctxwarden import Engine, EngineConfig
 from ctxwarden.adapters import get_adapter
 from ctxwarden.model import classify
 from ctxwarden.store.base import REF_PATTERN
+from tests.wire_diff import changed_texts, value_at
 
 R, C, A = "openai.responses", "openai.chat", "anthropic.messages"
 
@@ -1339,28 +1340,6 @@ def _engine(preset: str) -> Engine:
     return Engine(EngineConfig(preset=preset, store={"backend": "memory"}))
 
 
-def _leaf_edits(before: Any, after: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Paths of the strings that differ; any other difference (a key, a type, a length,
-    a number) fails the test."""
-    assert type(before) is type(after), path
-    if isinstance(before, dict):
-        assert list(before) == list(after), path
-        return [e for k in before for e in _leaf_edits(before[k], after[k], (*path, k))]
-    if isinstance(before, list):
-        assert len(before) == len(after), path
-        return [e for i, x in enumerate(before) for e in _leaf_edits(x, after[i], (*path, i))]
-    if isinstance(before, str):
-        return [path] if before != after else []
-    assert before == after, path
-    return []
-
-
-def _at(value: Any, path: tuple[Any, ...]) -> Any:
-    for key in path:
-        value = value[key]
-    return value
-
-
 # -- tests -----------------------------------------------------------------------------
 
 
@@ -1412,7 +1391,7 @@ def test_long_history_keeps_the_shape_exact(shape: Shape, preset: str) -> None:
     assert result.report["fallback_reason"] is None
     assert result.report["rewritten"], "the history must be condensed for the test to mean much"
     sent = result.request
-    edits = _leaf_edits(request, sent)
+    edits = [path for path, _, _ in changed_texts(request, sent)]
     assert edits
     end = start + len(shape.items)
     for path in edits:
@@ -1421,7 +1400,7 @@ def test_long_history_keeps_the_shape_exact(shape: Shape, preset: str) -> None:
             continue
         rel = tuple(k if isinstance(k, str) else "#" for k in path[2:])
         assert rel in shape.payload, f"{path} is not payload of {shape.id}"
-        original, text = _at(request, path), _at(sent, path)
+        original, text = value_at(request, path), value_at(sent, path)
         assert original in [engine.recall(ref) for ref in REF_PATTERN.findall(text)], path
     inside = [path for path in edits if start <= path[1] < end]
     if shape.payload:  # its tool output was condensed, and only that

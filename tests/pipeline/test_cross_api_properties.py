@@ -48,6 +48,7 @@ from ctxwarden.signals import argument_error_lines, error_lines
 from ctxwarden.tokens.counter import TokenCounter
 from tests.passes.convo import FORCE, dumps, make_engine, refs_in
 from tests.passes.strategies import fresh_session
+from tests.wire_diff import changed_texts
 
 RESPONSES = "openai.responses"
 ANTHROPIC = "anthropic.messages"
@@ -571,24 +572,6 @@ def visible_text(request: Any) -> str:
             with contextlib.suppress(orjson.JSONDecodeError):
                 out.extend(_strings(orjson.loads(s)))
     return "\n".join(out)
-
-
-def changed_texts(old: Any, new: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    """``(path, old, new)`` for every string that differs (the rest must be equal)."""
-    if isinstance(old, str):
-        assert isinstance(new, str), path
-        if old != new:
-            yield path, old, new
-    elif isinstance(old, dict):
-        assert isinstance(new, dict) and list(new) == list(old), path
-        for k, v in old.items():
-            yield from changed_texts(v, new[k], (*path, k))
-    elif isinstance(old, list):
-        assert isinstance(new, list) and len(new) == len(old), path
-        for i, (a, b) in enumerate(zip(old, new, strict=True)):
-            yield from changed_texts(a, b, (*path, i))
-    else:
-        assert type(new) is type(old) and new == old, path
 
 
 def _is_arguments(api: str, request: dict[str, Any], path: tuple[Any, ...]) -> bool:

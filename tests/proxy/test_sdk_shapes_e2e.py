@@ -44,6 +44,7 @@ from ctxwarden.proxy import RECALL_TOOL_NAME, Received, Reply, ToolCall
 from ctxwarden.proxy.fake_events import BODIES, Answer
 from ctxwarden.store.base import REF_PATTERN
 from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+from tests.wire_diff import changed_texts, value_at
 
 TEXT = "Hello from the fake upstream."
 FINAL = "Read it again, all good."
@@ -414,28 +415,6 @@ def _control(value: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
             yield from _control(v, (*path, i))
 
 
-def _leaf_edits(before: Any, after: Any, path: Path = ()) -> list[Path]:
-    """Paths of the strings that differ; any other difference (a key, its place, a type,
-    a length, a number) fails."""
-    assert type(before) is type(after), path
-    if isinstance(before, dict):
-        assert list(before) == list(after), path
-        return [e for k in before for e in _leaf_edits(before[k], after[k], (*path, k))]
-    if isinstance(before, list):
-        assert len(before) == len(after), path
-        return [e for i, x in enumerate(before) for e in _leaf_edits(x, after[i], (*path, i))]
-    if isinstance(before, str):
-        return [path] if before != after else []
-    assert before == after, path
-    return []
-
-
-def _at(value: Any, path: Path) -> Any:
-    for key in path:
-        value = value[key]
-    return value
-
-
 def _is_recall_tool(tool: Any) -> bool:
     spec = tool.get("function", tool) if isinstance(tool, dict) else {}
     return isinstance(spec, dict) and spec.get("name") == RECALL_TOOL_NAME
@@ -511,7 +490,7 @@ async def check_condensed(
     for name in kept:
         assert got[name] == sent[name], name
     # only text leaves change: ids, pairing, signatures, kinds, item order all kept
-    edits = _leaf_edits(sent, got)
+    edits = [path for path, _, _ in changed_texts(sent, got)]
     assert edits, "no text was condensed"
     assert list(_control(got)) == list(_control(sent))
     for path in edits:
@@ -519,7 +498,7 @@ async def check_condensed(
         assert path[-1] not in CONTROL_KEYS, path
         assert 0 < path[1] < newest, f"{path}: a protected message changed"
         if path[-1] == "arguments":  # function arguments stay JSON
-            json.loads(_at(got, path))
+            json.loads(value_at(got, path))
     # the first message and everything after the last assistant message: byte for byte
     for item in [sent[key][0], *sent[key][newest:]]:
         assert _wire(item) in received.body
@@ -527,9 +506,9 @@ async def check_condensed(
     # one that recalls its original
     recalled = {ref: _recall(proxy, ref) for ref in set(REF_PATTERN.findall(_wire(got).decode()))}
     for path in edits:
-        named = REF_PATTERN.findall(_at(got, path))
+        named = REF_PATTERN.findall(value_at(got, path))
         assert named, f"{path}: rewritten without a reference"
-        assert _at(sent, path) in [recalled[ref] for ref in named], path
+        assert value_at(sent, path) in [recalled[ref] for ref in named], path
     return got, edits
 
 
@@ -545,7 +524,7 @@ def _script_recall(proxy: Proxy, got: dict[str, Any], path: Path) -> str:
     """The fake's next answer calls the recall tool on the reference the text at
     ``path`` names, then answers :data:`FINAL`; that reference."""
     ref: str
-    (ref,) = REF_PATTERN.findall(_at(got, path))
+    (ref,) = REF_PATTERN.findall(value_at(got, path))
     proxy.fake.script(
         Reply(text="", tool_calls=[ToolCall(RECALL_TOOL_NAME, {"ref": ref}, "call_recall_1")]),
         Reply(text=FINAL),
@@ -616,7 +595,7 @@ async def test_responses_builtin_tools_reasoning_and_item_reference(
     await check_condensed(proxy, wire.sent[-1], recall_round, "input", newest, kept)
     await check_event(proxy, 3)
     assert answered.json()["previous_response_id"] == "resp_fake2"
-    original = _at(json.loads(wire.sent[1]), path)
+    original = value_at(json.loads(wire.sent[1]), path)
     assert _recall_answer("responses", answered.json()) == original == _recall(proxy, ref)
 
 
@@ -648,7 +627,7 @@ async def test_chat_custom_tool_calls_and_tool_text_parts(proxy: Proxy, stream: 
     recall_round, answered = proxy.fake.received[-2:]
     await check_condensed(proxy, wire.sent[-1], recall_round, "messages", newest + 3, ("tools",))
     await check_event(proxy, 2)
-    assert _recall_answer("chat", answered.json()) == _at(json.loads(wire.sent[0]), path)
+    assert _recall_answer("chat", answered.json()) == value_at(json.loads(wire.sent[0]), path)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -681,7 +660,7 @@ async def test_anthropic_result_arrays_thinking_server_tools_and_system_messages
     recall_round, answered = proxy.fake.received[-2:]
     await check_condensed(proxy, wire.sent[-1], recall_round, "messages", newest + 3, kept)
     await check_event(proxy, 2)
-    assert _recall_answer("messages", answered.json()) == _at(json.loads(wire.sent[0]), path)
+    assert _recall_answer("messages", answered.json()) == value_at(json.loads(wire.sent[0]), path)
 
 
 @pytest.mark.parametrize("api", ["responses", "chat", "messages"])
