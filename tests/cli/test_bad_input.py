@@ -14,6 +14,7 @@ import pytest
 from ctxwarden import ConfigError, Engine, EngineConfig
 from ctxwarden.cli import main
 from ctxwarden.io import bundled_sessions
+from tests.cli.skipped import skips
 
 SESSION = str(bundled_sessions()[0])
 
@@ -25,17 +26,6 @@ def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "error:" in lines[0]
-    return lines[0]
-
-
-def _skips(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run ``replay``; assert exit 2, the table saying one input was skipped, and one
-    error line naming it, no traceback; that line."""
-    assert main(argv) == 2
-    out, err = capsys.readouterr()
-    assert "1 input(s) skipped" in out and "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "error:" in lines[0] and lines[0].endswith("(skipped)")
     return lines[0]
 
 
@@ -77,7 +67,7 @@ def test_a_broken_gzip_file_is_named(
 ) -> None:
     bad = _broken_gzip(tmp_path / name)
     if name.endswith(".jsonl.gz"):
-        line = _skips(capsys, ["replay", str(bad), "--quiet"])
+        line = skips(capsys, ["replay", str(bad), "--quiet"])
     else:
         line = _fails(capsys, ["condense", str(bad), "--data-dir", str(tmp_path)])
     assert f"{bad}: broken gzip data" in line
@@ -121,7 +111,7 @@ def test_a_replay_error_names_the_file_and_session(
 ) -> None:
     shape = tmp_path / "shape.json"
     shape.write_text('{"messages": [1, {"role": "assistant", "content": "x"}]}')
-    line = _skips(capsys, ["replay", SESSION, str(shape), "--quiet", "--no-baselines"])
+    line = skips(capsys, ["replay", SESSION, str(shape), "--quiet", "--no-baselines"])
     assert f"{shape}: " in line and "/messages/0" in line
     empty = tmp_path / "empty.json"
     empty.write_text("")

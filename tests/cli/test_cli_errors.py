@@ -14,6 +14,7 @@ from ctxwarden.cli.serve import settings_from_args
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.errors import ConfigError
 from ctxwarden.store import SqliteStore
+from tests.cli.skipped import skips
 
 REQUEST = '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
 
@@ -25,17 +26,6 @@ def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert out == "" and "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "error:" in lines[0]
-    return lines[0]
-
-
-def _skips(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run ``replay``; assert exit 2, the table saying one input was skipped, and one
-    error line naming it, no traceback; that line."""
-    assert main(argv) == 2
-    out, err = capsys.readouterr()
-    assert "1 input(s) skipped" in out and "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "error:" in lines[0] and lines[0].endswith("(skipped)")
     return lines[0]
 
 
@@ -131,7 +121,7 @@ def test_a_replay_log_line_whose_messages_are_not_a_list(
 ) -> None:
     log = tmp_path / "log.jsonl"
     log.write_text('{"model": "gpt-4o", "messages": 5}\n')
-    line = _skips(capsys, ["replay", str(log), "--quiet", "--no-baselines"])
+    line = skips(capsys, ["replay", str(log), "--quiet", "--no-baselines"])
     assert str(log) in line and "expected an array" in line and "/messages" in line
 
 
@@ -193,7 +183,7 @@ def test_a_replay_file_that_is_not_json_is_named_once(
 ) -> None:
     bad = tmp_path / "bj.json"
     bad.write_text("nope")
-    line = _skips(capsys, ["replay", str(bad), "--quiet", "--no-baselines"])
+    line = skips(capsys, ["replay", str(bad), "--quiet", "--no-baselines"])
     assert line.count(str(bad)) == 1 and f"{bad}: not JSON" in line
 
 
