@@ -99,8 +99,13 @@ _MODEL_ITEMS = frozenset(
 
 _BUILTIN_CALLS = ("shell_call", "apply_patch_call")
 """Calls of built-in tools that pair with their outputs (:func:`_builtin_call`)."""
-_BUILTIN_OUTPUTS = ("shell_call_output", "apply_patch_call_output")
-_OUTPUTS = ("function_call_output", "custom_tool_call_output", *_BUILTIN_OUTPUTS)
+_OUTPUTS = (
+    "function_call_output",
+    "custom_tool_call_output",
+    "shell_call_output",
+    "apply_patch_call_output",
+)
+"""Outputs that pair with their call by ``call_id`` (:func:`_output`)."""
 
 
 def is_model_item(value: Any) -> bool:
@@ -144,17 +149,10 @@ def _item(value: Any, path: Path) -> Message:
             arguments_path=(*path, args_key) if isinstance(raw_args, str) else None,
         )
         return Message(role="assistant", parts=(call,), path=path, item_type=kind)
-    if kind in ("function_call_output", "custom_tool_call_output") and (
-        item.get("call_id") is not None
-    ):  # one without a call id (optional in the API's types) is kept as it is, unpaired
-        call_id = expect(item.get("call_id"), str, (*path, "call_id"))
-        content = _content_parts(item.get("output"), (*path, "output"), _RESULT)
-        result = ToolResultPart(call_id=call_id, content=content, path=path)
-        return Message(role="tool", parts=(result,), path=path, item_type=kind)
+    if kind in _OUTPUTS and item.get("call_id") is not None:
+        return _output(item, kind, path)  # one without (optional) is kept as sent, unpaired
     if kind in _BUILTIN_CALLS:
         return _builtin_call(item, kind, path)
-    if kind in _BUILTIN_OUTPUTS and item.get("call_id") is not None:
-        return _builtin_output(item, kind, path)
     if kind == "reasoning":
         summary = item.get("summary")
         texts: list[str] = []
@@ -206,24 +204,27 @@ def _builtin_call(item: dict[str, Any], kind: str, path: Path) -> Message:
     return Message(role="assistant", parts=(call,), path=path, item_type=kind)
 
 
-def _builtin_output(item: dict[str, Any], kind: str, path: Path) -> Message:
-    """The output of a built-in ``shell`` or ``apply_patch`` call: its texts (each
-    chunk's ``stdout`` and ``stderr``, or the patch's ``output``) are tool output;
+def _output(item: dict[str, Any], kind: str, path: Path) -> Message:
+    """A call's output, paired with it by ``call_id``. Its texts are tool output: a
+    function or custom tool's ``output`` (a string or content parts), each chunk's
+    ``stdout`` and ``stderr`` of a built-in shell call, a patch's ``output`` string;
     everything else (outcomes, status) stays as sent."""
     call_id = expect(item.get("call_id"), str, (*path, "call_id"))
-    content: list[ContentPart] = []
     output = item.get("output")
-    if kind == "apply_patch_call_output":
+    content: tuple[ContentPart, ...] = ()
+    if kind == "shell_call_output":
+        content = tuple(
+            TextPart(text=chunk[stream], path=(*path, "output", j, stream), safety=_RESULT)
+            for j, chunk in enumerate(output if isinstance(output, list) else ())
+            for stream in (("stdout", "stderr") if isinstance(chunk, dict) else ())
+            if isinstance(chunk.get(stream), str)
+        )
+    elif kind == "apply_patch_call_output":
         if isinstance(output, str):
-            content.append(TextPart(text=output, path=(*path, "output"), safety=_RESULT))
-    elif isinstance(output, list):
-        for j, chunk in enumerate(output):
-            for stream in ("stdout", "stderr") if isinstance(chunk, dict) else ():
-                text = chunk.get(stream)
-                if isinstance(text, str):
-                    where = (*path, "output", j, stream)
-                    content.append(TextPart(text=text, path=where, safety=_RESULT))
-    result = ToolResultPart(call_id=call_id, content=tuple(content), path=path)
+            content = (TextPart(text=output, path=(*path, "output"), safety=_RESULT),)
+    else:
+        content = _content_parts(output, (*path, "output"), _RESULT)
+    result = ToolResultPart(call_id=call_id, content=content, path=path)
     return Message(role="tool", parts=(result,), path=path, item_type=kind)
 
 
