@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -727,13 +727,22 @@ def check_newest_result(
 parametrize = pytest.mark.parametrize
 
 
-@parametrize("preset", PRESETS)
-@parametrize("api", APIS)
-@PROPERTY
-@given(data=st.data())
+def cross_api_property(test: Callable[..., None]) -> Callable[..., None]:
+    """``test(api, preset, data)`` as a hypothesis property over both APIs and both
+    presets."""
+    prop = PROPERTY(given(data=st.data())(test))
+    marked: Callable[..., None] = parametrize("preset", PRESETS)(parametrize("api", APIS)(prop))
+    return marked
+
+
+def drawn_session(data: st.DataObject, api: str) -> tuple[dict[str, Any], int]:
+    """A history of ``api`` and how many of its turns to send, drawn for one example."""
+    return data.draw(HISTORIES[api], label="history"), data.draw(st.integers(3, 6), label="turns")
+
+
+@cross_api_property
 def test_no_exception_and_no_fallback(api: str, preset: str, data: st.DataObject) -> None:
-    history = data.draw(HISTORIES[api], label="history")
-    turns = data.draw(st.integers(3, 6), label="turns")
+    history, turns = drawn_session(data, api)
     rewritten = False
     for _, result in run_session(ENGINES[preset], api, history, turns):
         assert result.report["fallback_reason"] is None, result.report["fallback_reason"]
@@ -742,13 +751,9 @@ def test_no_exception_and_no_fallback(api: str, preset: str, data: st.DataObject
     event(f"last turn rewritten: {rewritten}")
 
 
-@parametrize("preset", PRESETS)
-@parametrize("api", APIS)
-@PROPERTY
-@given(data=st.data())
+@cross_api_property
 def test_integrity_checks_find_no_violation(api: str, preset: str, data: st.DataObject) -> None:
-    history = data.draw(HISTORIES[api], label="history")
-    turns = data.draw(st.integers(3, 6), label="turns")
+    history, turns = drawn_session(data, api)
     original, condensed = RequestView(COUNT), RequestView(COUNT)
     validated: set[bytes] = set()  # kept per session, as the replay does
     for request, result in run_session(ENGINES[preset], api, history, turns):
@@ -757,15 +762,11 @@ def test_integrity_checks_find_no_violation(api: str, preset: str, data: st.Data
         assert check_integrity(request, result.request, api, o, c, validated) == {}
 
 
-@parametrize("preset", PRESETS)
-@parametrize("api", APIS)
-@PROPERTY
-@given(data=st.data())
+@cross_api_property
 def test_only_text_payloads_change(api: str, preset: str, data: st.DataObject) -> None:
     """Stricter than the integrity checks' shape: each changed string is a text the
     safety model lets a pass rewrite, in an item or block of a type that has it."""
-    history = data.draw(HISTORIES[api], label="history")
-    turns = data.draw(st.integers(3, 6), label="turns")
+    history, turns = drawn_session(data, api)
     for request, result in run_session(ENGINES[preset], api, history, turns):
         assert list(result.request) == list(request)
         for key in request:
@@ -775,13 +776,9 @@ def test_only_text_payloads_change(api: str, preset: str, data: st.DataObject) -
             assert payload_path(api, request, path), path
 
 
-@parametrize("preset", PRESETS)
-@parametrize("api", APIS)
-@PROPERTY
-@given(data=st.data())
+@cross_api_property
 def test_request_is_never_mutated(api: str, preset: str, data: st.DataObject) -> None:
-    history = data.draw(HISTORIES[api], label="history")
-    turns = data.draw(st.integers(3, 6), label="turns")
+    history, turns = drawn_session(data, api)
     requests = turn_requests(api, history, turns)
     before = copy.deepcopy(requests)
     session = fresh_session()
@@ -791,15 +788,11 @@ def test_request_is_never_mutated(api: str, preset: str, data: st.DataObject) ->
     assert requests == before  # nor an earlier turn's, through the values they share
 
 
-@parametrize("preset", PRESETS)
-@parametrize("api", APIS)
-@PROPERTY
-@given(data=st.data())
+@cross_api_property
 def test_references_recall_and_error_lines_stay_visible(
     api: str, preset: str, data: st.DataObject
 ) -> None:
-    history = data.draw(HISTORIES[api], label="history")
-    turns = data.draw(st.integers(3, 6), label="turns")
+    history, turns = drawn_session(data, api)
     engine = ENGINES[preset]
     rewritten = 0
     for request, result in run_session(engine, api, history, turns):
@@ -807,13 +800,9 @@ def test_references_recall_and_error_lines_stay_visible(
     event(f"texts rewritten on the last turn: {min(rewritten, 10)}{'+' * (rewritten >= 10)}")
 
 
-@parametrize("preset", PRESETS)
-@parametrize("api", APIS)
-@PROPERTY
-@given(data=st.data())
+@cross_api_property
 def test_two_fresh_engines_send_the_same_bytes(api: str, preset: str, data: st.DataObject) -> None:
-    history = data.draw(HISTORIES[api], label="history")
-    turns = data.draw(st.integers(3, 6), label="turns")
+    history, turns = drawn_session(data, api)
     first, second = make_engine(preset, FORCE), make_engine(preset, FORCE)
     session, elsewhere = fresh_session(), fresh_session()
     for turn, request in enumerate(turn_requests(api, history, turns)):
@@ -825,14 +814,10 @@ def test_two_fresh_engines_send_the_same_bytes(api: str, preset: str, data: st.D
         assert orjson.dumps(c.request) == orjson.dumps(a.request), f"turn {turn} (warm engine)"
 
 
-@parametrize("preset", PRESETS)
-@parametrize("api", APIS)
-@PROPERTY
-@given(data=st.data())
+@cross_api_property
 def test_the_newest_tool_result_stays_whole(api: str, preset: str, data: st.DataObject) -> None:
     """Over any outputs (a newest result the truncation guardrail cuts excepted)."""
-    history = data.draw(HISTORIES[api], label="history")
-    turns = data.draw(st.integers(3, 6), label="turns")
+    history, turns = drawn_session(data, api)
     exempt = False
     for request, result in run_session(ENGINES[preset], api, history, turns):
         exempt |= check_newest_result(api, request, result.request, strict=False)
