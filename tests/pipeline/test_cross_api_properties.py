@@ -47,6 +47,7 @@ from ctxwarden.replay.wire import MESSAGE_KEYS
 from ctxwarden.signals import argument_error_lines, error_lines
 from ctxwarden.tokens.counter import TokenCounter
 from tests.passes.convo import FORCE, dumps, make_engine, refs_in
+from tests.passes.strategies import COMMANDS as CHAT_COMMANDS
 from tests.passes.strategies import fresh_session
 from tests.wire_diff import changed_texts
 
@@ -69,15 +70,7 @@ PROPERTY = settings(
 
 SYSTEM = "You are a coding agent. Use the tools."
 TASK = "Fix the failing build in src/app.py and make the tests pass."
-COMMANDS = (
-    "pytest -q",
-    "ls -R src",
-    "cat src/app.py",
-    "make build",
-    "git diff",
-    "python run.py --fast",
-    "grep -rn parse_header src",
-)
+COMMANDS = (*CHAT_COMMANDS, "grep -rn parse_header src")
 ERRORS = (
     "Traceback (most recent call last):",
     "src/x.py:3:1: error: boom",
