@@ -76,15 +76,14 @@ async def canary_decision(
 ) -> Decision:  # fmt: skip
     """The canary side of a request without a session header, told before its condense
     and off the engine thread, so a request outside the canary never waits for that
-    thread: its key is the one remembered in memory for the response it continues, or
-    read from the store, or derived from the head of its history in a worker thread
+    thread: its key is the one known at once (:func:`_known_key`), or read from the
+    store for the response it continues, or derived from the head of its history in a
+    worker thread
     (:func:`~ctxwarden.proxy.rollout.canary_head`). ``quick`` when the key cannot be
     derived here (a request the engine cannot read): the engine thread then decides,
     as before, and reports what it could not read."""
     previous = _previous_id(parsed, api)
-    key = conversation_canary_key(parsed, api)
-    if key is None and previous:
-        key = state.canary_keys.get((tenant, previous))
+    key = _known_key(state, parsed, api, tenant)
     loop = asyncio.get_running_loop()
     try:
         if key is None and previous:  # a store read, in the store pool
@@ -146,23 +145,25 @@ def keyed(decision: Decision, key: str) -> Decision:
 
 def request_canary_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str:
     """On the engine thread: the key a request without a session header is bucketed by
-    (a stored conversation's, else :func:`_remembered_key`, else :func:`_derived_key`).
-    Raises what the parse raises."""
-    return (
-        conversation_canary_key(parsed, api)
-        or _remembered_key(state, parsed, api, tenant)
-        or _derived_key(state, parsed, api)
-    )
-
-
-def _remembered_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str | None:
-    """For a Responses continuation, the canary key remembered for the response it
-    continues: in this process's memory, else in the store (a blocking read); ``None``
-    for any other request, or an id the proxy does not know (:mod:`.rollout`)."""
+    (:func:`_known_key`, else the one kept in the store for the response it continues,
+    a blocking read, else :func:`_derived_key`). Raises what the parse raises."""
+    known = _known_key(state, parsed, api, tenant)
+    if known:
+        return known
     previous = _previous_id(parsed, api)
-    if not previous:
-        return None
-    return state.canary_keys.get((tenant, previous)) or _stored_key(state, tenant, previous)
+    stored = _stored_key(state, tenant, previous) if previous else None
+    return stored or _derived_key(state, parsed, api)
+
+
+def _known_key(state: ProxyState, parsed: dict[str, Any], api: str, tenant: str) -> str | None:
+    """The key known without reading anything (:mod:`.rollout`): a stored Responses
+    conversation's, else the one this process remembers for the response the request
+    continues; ``None`` otherwise."""
+    key = conversation_canary_key(parsed, api)
+    previous = _previous_id(parsed, api)
+    if key is None and previous:
+        key = state.canary_keys.get((tenant, previous))
+    return key
 
 
 def _previous_id(parsed: dict[str, Any], api: str) -> str | None:
