@@ -92,7 +92,7 @@ def item_role(item: Any) -> str:
     kind = str(item.get("type", ""))
     if kind.endswith("_output"):
         return "tool"
-    if kind.endswith("_call") or kind == "reasoning" or is_model_item(item):
+    if kind.endswith("_call") or is_model_item(item):  # reasoning too
         return "assistant"  # the engine's reading too: it never protects less than this
     return kind or "unknown"
 
