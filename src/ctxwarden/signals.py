@@ -19,6 +19,7 @@ import orjson
 from ctxwarden.memo import text_memo
 
 __all__ = [
+    "MAX_ERROR_LINE",
     "SEARCH_BUDGET",
     "TextSearch",
     "argument_error_lines",
@@ -30,6 +31,7 @@ __all__ = [
     "is_error_line",
     "mention_scores",
     "paths_in",
+    "shown_error_line",
 ]
 
 _ERROR_RE = re.compile(
@@ -94,12 +96,32 @@ def is_error_line(line: str) -> bool:
     return bool(_ERROR_RE.search(line))
 
 
+MAX_ERROR_LINE = 2_000
+"""Characters of an error line that must stay visible. A longer line is kept as its
+first ``MAX_ERROR_LINE`` characters: such a line is data that holds an error word (a
+minified script matched by grep, a dumped dictionary, code whose newlines were lost),
+and keeping it whole let one 88 KB line of ``jquery.min.js`` hold a 100 KB output in
+full through the truncation guardrail for a whole session. The rest of the line stays
+one recall away, in the original."""
+
+
 def error_lines(text: str, limit: int | None = None) -> list[str]:
-    """Every distinct error line of ``text`` in order (at most ``limit``), as written.
+    """Every distinct error line of ``text`` in order (at most ``limit``), as written
+    up to :data:`MAX_ERROR_LINE` characters (a longer line is its prefix: still a
+    substring of ``text``).
 
     Uncapped by default: every error line of a condensed part must stay visible, so a
     cap here would hide the ones past it from the passes and their checks alike."""
     return list(_error_lines(text, limit))
+
+
+def shown_error_line(line: str) -> str:
+    """How a condensed text shows the error line ``line`` (whole, or as returned by
+    :func:`error_lines`): a line cut at :data:`MAX_ERROR_LINE` characters says so (one
+    of exactly that length as well: the prefix alone cannot tell them apart)."""
+    if len(line) < MAX_ERROR_LINE:
+        return line
+    return line[:MAX_ERROR_LINE] + " [...]"
 
 
 SEARCH_BUDGET = 256 * 1024 * 1024
@@ -174,15 +196,16 @@ def _candidate_line_starts(text: str) -> list[int]:
 @text_memo()
 def _error_lines(text: str, limit: int | None) -> tuple[str, ...]:
     """Same result as testing each line alone with :func:`is_error_line`: the lines
-    holding a keyword are tested in order, each distinct hit kept once."""
+    holding a keyword are tested in order, each distinct hit kept once (cut at
+    :data:`MAX_ERROR_LINE`)."""
     out: list[str] = []
     seen: set[str] = set()
     for start in _candidate_line_starts(text):
         end = text.find("\n", start)
         line = text[start:] if end < 0 else text[start:end]
-        if line and line not in seen and _ERROR_RE.search(line):
-            seen.add(line)
-            out.append(line)
+        if line and line[:MAX_ERROR_LINE] not in seen and _ERROR_RE.search(line):
+            seen.add(line[:MAX_ERROR_LINE])
+            out.append(line[:MAX_ERROR_LINE])
             if limit is not None and len(out) >= limit:
                 break
     return tuple(out)

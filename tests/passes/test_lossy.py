@@ -15,7 +15,7 @@ from ctxwarden.passes.placeholder import informative
 from ctxwarden.passes.summarize import SummarizePass, extract_summary
 from ctxwarden.passes.truncate import TruncatePass
 from ctxwarden.pipeline.presets import resolve_pipeline
-from ctxwarden.signals import error_lines, mention_scores
+from ctxwarden.signals import MAX_ERROR_LINE, error_lines, mention_scores, shown_error_line
 from tests.passes.convo import (
     FORCE,
     call,
@@ -640,6 +640,33 @@ def test_placeholder_keeps_a_long_error_line_whole_even_as_its_head() -> None:
     out = MaskPass(MaskConfig())(ctx, {})
     seg = segment_at(ctx, 3)
     assert long_error in out[seg.path].text.split("\n")
+
+
+def test_a_data_line_holding_an_error_word_keeps_its_prefix_and_truncation_saves() -> None:
+    """A grep hit inside a minified script is one 90 KB line holding ``new Error(``:
+    kept whole, the guardrail could save nothing and the output stayed in full. Its
+    first MAX_ERROR_LINE characters stay, marked as cut; the whole line is recalled."""
+    script = 'vendor/app.min.js:2:!function(e){"use strict";throw new Error("x")' + "a;" * 45_000
+    hits = [f"src/mod_{i}.py:{i}: for i, x in enumerate(items):" for i in range(40)]
+    big = "\n".join(["<output>", script, *hits, "</output>"])
+    assert len(big.encode()) > 50_000
+    assert error_lines(big) == [script[:MAX_ERROR_LINE]]
+    wire = request(call("c1", "grep -rn enumerate ."), result("c1", big))
+    cfg = resolve_pipeline("balanced", {})
+    ctx, _ = context(wire, cfg)
+    seg = segment_at(ctx, 3)
+    rep = TruncatePass(cfg.truncate)(ctx, {})[seg.path]
+    assert len(rep.text) < len(big) // 10
+    assert shown_error_line(script) in rep.text.split("\n")
+    assert shown_error_line(script) == script[:MAX_ERROR_LINE] + " [...]"
+    assert rep.originals == ((refs_in(rep.text.split("\n")[0])[0], big),)
+
+
+def test_an_error_line_up_to_the_limit_is_shown_whole() -> None:
+    line = "AssertionError: " + "y" * (MAX_ERROR_LINE - 17)
+    assert len(line) == MAX_ERROR_LINE - 1
+    assert shown_error_line(line) == line
+    assert error_lines(f"ok\n{line}\nok") == [line]
 
 
 @pytest.mark.parametrize("preset", ["balanced", "aggressive"])

@@ -16,7 +16,7 @@ from ctxwarden.memo import text_memo
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import SummarizeConfig
-from ctxwarden.signals import TextSearch, error_lines, is_error_line, paths_in
+from ctxwarden.signals import TextSearch, error_lines, is_error_line, paths_in, shown_error_line
 
 __all__ = ["SummarizePass", "extract_summary"]
 
@@ -53,7 +53,7 @@ def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...
         if not stripped:
             continue
         if is_error_line(line):  # always verbatim, even the lead's own line
-            kept.append(line)
+            kept.append(shown_error_line(line))
         elif stripped in in_lead or lead in stripped:
             continue  # the lead's own line (a one-paragraph text is all one line)
         elif path_lines < MAX_PATH_LINES and len(stripped) <= MAX_PATH_LINE and paths_in(line):

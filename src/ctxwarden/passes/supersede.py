@@ -16,7 +16,7 @@ from ctxwarden.memo import text_memo
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import SupersedeConfig
-from ctxwarden.signals import TextSearch, error_lines
+from ctxwarden.signals import TextSearch, error_lines, shown_error_line
 
 __all__ = ["SupersedePass", "action_key"]
 
@@ -88,7 +88,7 @@ class SupersedePass:
                     f"[ctxwarden: superseded by the same action in message "
                     f"#{newest.message_index}; original {ref} ({lines:,} lines)]"
                 )
-                text = "\n".join((head, *kept))
+                text = "\n".join((head, *map(shown_error_line, kept)))
                 out[segment.path] = Replacement(
                     text,
                     self.name,

@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import SuppressConfig
-from ctxwarden.signals import error_lines, exit_status
+from ctxwarden.signals import error_lines, exit_status, shown_error_line
 
 __all__ = ["SuppressPass"]
 
@@ -45,7 +45,7 @@ class SuppressPass:
             lines = segment.text.count("\n") + 1
             facts += [f"{lines:,} lines", f"{segment.tokens:,} tokens"]
             stub = f"[ctxwarden: suppressed output; original {ref} ({', '.join(facts)})]"
-            text = "\n".join([stub, *errors])
+            text = "\n".join([stub, *map(shown_error_line, errors)])
             if ctx.counter.count_text(text) >= segment.tokens:
                 continue
             out[segment.path] = Replacement(
