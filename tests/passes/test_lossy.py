@@ -293,15 +293,23 @@ def test_truncate_leaves_outputs_under_limits() -> None:
     assert TruncatePass(TruncateConfig())(ctx, {}) == {}
 
 
-def test_truncate_never_touches_the_newest_output() -> None:
+@pytest.mark.parametrize(
+    ("pipeline", "verb"),
+    [({}, "condensed output"), ({"mask": {"enabled": False}}, "truncated output")],
+)
+def test_truncate_never_touches_the_newest_output(pipeline: dict[str, Any], verb: str) -> None:
+    """The older output is condensed, the newest one sent as it is. Mask runs before
+    truncate: an old output gets its smaller placeholder (truncation keeps 100 lines
+    and 300 mentions, a third of a 33K-token listing, which no step could then afford
+    to rewrite), and truncation takes what mask leaves."""
     big = _huge(3000)
     wire = request(call("c1", "make"), result("c1", big))
     wire["messages"] += [call("c2", "make again"), result("c2", big + "\nmore")]
-    engine = make_engine()  # balanced defaults
+    engine = make_engine("balanced", pipeline)
     res = engine.condense(wire)
     assert res.request["messages"][-1] == wire["messages"][-1]
     sent = res.request["messages"][3]["content"]
-    assert sent != big and "truncated output" in sent
+    assert sent != big and verb in sent.split("\n")[0]
     (ref,) = refs_in(sent.split("\n")[0])
     assert engine.recall(ref) == big
     assert engine.recall(ref, "1500-1502") == "\n".join(big.split("\n")[1499:1502])

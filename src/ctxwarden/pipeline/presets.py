@@ -44,15 +44,15 @@ __all__ = [
 ]
 
 PassName = Literal[
-    "dedupe", "supersede", "normalize", "truncate", "suppress", "mask", "summarize", "trim_args"
+    "dedupe", "supersede", "normalize", "suppress", "mask", "truncate", "summarize", "trim_args"
 ]
 PASS_NAMES: tuple[PassName, ...] = (
     "dedupe",
     "supersede",
     "normalize",
-    "truncate",
     "suppress",
     "mask",
+    "truncate",
     "summarize",
     "trim_args",
 )
@@ -171,7 +171,7 @@ class PipelineConfig(_Strict):
 
 PRESETS: dict[str, PipelineConfig] = {
     "conservative": PipelineConfig(
-        order=("dedupe", "supersede", "normalize", "truncate", "mask"),
+        order=("dedupe", "supersede", "normalize", "mask", "truncate"),
         recency_tokens=8000,
         relevance_turns=4,
         keep_newest_texts=4,
