@@ -150,13 +150,21 @@ class Engine:
         session: str | None = None,
         mode: Mode | None = None,
         tenant: str = DEFAULT_TENANT,
+        one_shot: bool = False,
     ) -> CondenseResult:
         """Condense one request (see module contract). Safe to call from several
         threads: an engine condenses one request at a time. Calls made at once run in
         no set order, so a session's requests go one after another (each after the
-        answer to the one before, as agents send them)."""
+        answer to the one before, as agents send them).
+
+        ``one_shot``: condense the request on its own, as the first of a new session,
+        reading and writing no session state (the originals are still stored, so its
+        references recall): the same request then gives the same bytes on every call,
+        which is what a command-line run over one file expects."""
         with self._lock:
-            return self._condense(request, api, session=session, mode=mode, tenant=tenant)
+            return self._condense(
+                request, api, session=session, mode=mode, tenant=tenant, one_shot=one_shot
+            )
 
     async def acondense(
         self,
@@ -166,6 +174,7 @@ class Engine:
         session: str | None = None,
         mode: Mode | None = None,
         tenant: str = DEFAULT_TENANT,
+        one_shot: bool = False,
     ) -> CondenseResult:
         """:meth:`condense` on the engine's own worker thread, for asyncio callers: the
         event loop runs on meanwhile, and calls run one at a time in the order they are
@@ -176,7 +185,13 @@ class Engine:
                 if self._async_thread is None:
                     self._async_thread = ThreadPoolExecutor(1, "ctxwarden-acondense")
         call = functools.partial(
-            self.condense, request, api, session=session, mode=mode, tenant=tenant
+            self.condense,
+            request,
+            api,
+            session=session,
+            mode=mode,
+            tenant=tenant,
+            one_shot=one_shot,
         )
         return await asyncio.get_running_loop().run_in_executor(self._async_thread, call)
 
@@ -188,6 +203,7 @@ class Engine:
         session: str | None,
         mode: Mode | None,
         tenant: str,
+        one_shot: bool,
     ) -> CondenseResult:
         started = time.perf_counter()
         mode = mode or self.config.mode
@@ -237,6 +253,7 @@ class Engine:
                 pricing=self.registry.pricing_for(info, self.config.budget.style),
                 element_tokens=element_tokens,
                 element_hashes=hashes,
+                one_shot=one_shot,
             )
             try:
                 rendered = self._render_checked(conversation, outcome, adapter.render)

@@ -10,6 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from ctxwarden.cli.common import CliConsole, add_engine_options, engine_from_args, print_json
+from ctxwarden.errors import ConfigError
 from ctxwarden.io import bundled_sessions, check_api, dump_json, guess_api, load_request
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.parts import ToolResultPart
@@ -25,6 +26,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--api", choices=("openai.chat", "openai.responses", "anthropic.messages"))
     p.add_argument("--model", help="override the request's model for budgeting")
     p.add_argument("--report", action="store_true", help="print the report to stderr")
+    p.add_argument(
+        "--session",
+        metavar="KEY",
+        help="continue session KEY kept in the data directory, as a proxy would (successive "
+        "snapshots of one conversation keep their earlier decisions, so the cached prefix "
+        "holds); without it each run condenses the file on its own and keeps no session "
+        "state: the same file gives the same output every run",
+    )
     add_engine_options(p)
     p.set_defaults(handler=_condense)
 
@@ -58,7 +67,17 @@ def _condense(args: argparse.Namespace) -> int:
     # [store] table) is an error here, where the engine would fall back silently
     engine = engine_from_args(args, open_store=True)
     try:
-        result = engine.condense(request, api=api)
+        if engine.config.store.backend == "memory" and engine.config.mode != "exact":
+            raise ConfigError(
+                "the memory store keeps the originals only while this process runs: the "
+                "printed references could never be recalled (use sqlite, the default, or "
+                "a server backend)",
+                "store.backend",
+                args.config or "",
+            )
+        result = engine.condense(
+            request, api=api, session=args.session, one_shot=args.session is None
+        )
     finally:
         engine.close()
     print_json(result.request)

@@ -111,10 +111,13 @@ class Condenser:
         pricing: CachePricing,
         element_tokens: list[int],
         element_hashes: list[str] | None = None,
+        one_shot: bool = False,
     ) -> CondenseOutcome:
-        """Condense ``conversation``; ``element_tokens`` are its per-element counts."""
-        raw_state = self.store.get_state(tenant, session)
-        state = self._decoded(tenant, session, raw_state)
+        """Condense ``conversation``; ``element_tokens`` are its per-element counts.
+        ``one_shot``: as the first request of a new session, its state neither read
+        nor written (the commits store originals only)."""
+        raw_state = None if one_shot else self.store.get_state(tenant, session)
+        state = SessionState.decode(None) if one_shot else self._decoded(tenant, session, raw_state)
         exact_hashes = element_hashes or hash_elements(conversation)
         view = segment_view(
             conversation,
@@ -194,6 +197,8 @@ class Condenser:
         encoded = state.encode()
 
         def commit_original() -> None:
+            if one_shot:
+                return
             sent = SessionState.decode(raw_state)  # as before, plus this turn sent exact
             self._record_sent(
                 sent, exact_hashes, exact_tokens, list(exact_hashes), list(exact_tokens), pricing
@@ -205,6 +210,8 @@ class Condenser:
         report["tokens_after"] = sum(sent_tokens)
 
         def commit() -> None:
+            if one_shot:
+                return
             self.store.put_state(tenant, session, encoded)
             self._written(tenant, session, encoded, state)
 
