@@ -72,11 +72,17 @@ def test_recall_strips_whitespace_around_the_ref(store_and_ref: tuple[MemoryStor
     assert recall_text(store, f"  {ref}\n", tenant="t") == TEXT
 
 
-@pytest.mark.parametrize("bad", ["cw:123", "cw:XYZXYZXYZXYZ", "5f3a9c21e0b4", "cw:5f3a9c21e0b45"])
+@pytest.mark.parametrize(
+    "bad", ["cw:123", "cw:XYZXYZXYZXYZ", "5f3a9c21e0b4", "cw:5f3a9c21e0b45", "", None, 12]
+)
 def test_recall_rejects_malformed_refs(store_and_ref: tuple[MemoryStore, str], bad: str) -> None:
+    """Not a reference is the caller's error (a typed RequestError naming it), not a
+    missing artifact, whatever was passed."""
     store, _ = store_and_ref
-    with pytest.raises(ArtifactMissing, match="not a ctxwarden reference"):
+    with pytest.raises(RequestError, match="not a ctxwarden reference") as info:
         recall_text(store, bad, tenant="t")
+    assert not isinstance(info.value, ArtifactMissing)
+    assert repr(bad) in str(info.value)
 
 
 def test_recall_is_tenant_scoped(store_and_ref: tuple[MemoryStore, str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxwarden.errors import ArtifactMissing, RequestError
+from ctxwarden.errors import RequestError
 from ctxwarden.store.base import REF_PATTERN, Store
 
 __all__ = ["MAX_RECALL_LINES", "parse_line_range", "recall_text"]
@@ -29,10 +29,13 @@ def parse_line_range(spec: str | None) -> tuple[int, int] | None:
 
 
 def recall_text(store: Store, ref: str, lines: str | None = None, *, tenant: str) -> str:
-    """The text behind ``ref`` (``cw:<12 hex>``), optionally lines ``A-B`` only."""
+    """The text behind ``ref`` (``cw:<12 hex>``), optionally lines ``A-B`` only.
+
+    Raises :class:`RequestError` for what is not a reference (or not a range), and
+    :class:`~ctxwarden.errors.ArtifactMissing` for a reference the store lacks."""
+    if not isinstance(ref, str) or not REF_PATTERN.fullmatch(ref.strip()):
+        raise RequestError(f"{ref!r} is not a ctxwarden reference (cw: and 12 hex digits)")
     ref = ref.strip()
-    if not REF_PATTERN.fullmatch(ref):
-        raise ArtifactMissing(f"{ref!r} is not a ctxwarden reference (cw: and 12 hex digits)")
     text = store.get(tenant, ref)
     window = parse_line_range(lines)
     if window is None:
