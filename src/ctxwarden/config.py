@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
 from ctxwarden.errors import ConfigError
 
@@ -45,6 +45,15 @@ class BudgetConfig(_Strict):
     style: Literal["openai", "anthropic"] | None = Field(
         None, description="Cache price style; default: the model's registry entry."
     )
+
+    @model_validator(mode="after")
+    def _room_for_the_request(self) -> BudgetConfig:
+        window, reserve = self.context_window, self.output_reserve
+        if window is not None and reserve is not None and reserve >= window:
+            raise ValueError(
+                f"output_reserve ({reserve:,}) leaves no room in context_window ({window:,})"
+            )
+        return self
 
 
 class StoreConfig(_Strict):
@@ -91,6 +100,7 @@ def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
     first = exc.errors()[0]
     key = ".".join(str(p) for p in (prefix, *first["loc"]) if p != "")
     message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    message = message.removeprefix("Value error, ")  # a validator's own message
     return ConfigError(message, key)
 
 

@@ -172,3 +172,46 @@ def test_switches_take_true_or_false_only(overrides: dict[str, Any], key: str) -
     with pytest.raises(ConfigError) as caught:
         resolve_pipeline("balanced", overrides)
     assert key in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "message"),
+    [
+        (
+            {"budget": {"context_window": 1000, "output_reserve": 1000}},
+            "budget",
+            "output_reserve (1,000) leaves no room in context_window (1,000)",
+        ),
+        (
+            {"pipeline": {"planner": {"min_expected_turns": 30, "max_expected_turns": 10}}},
+            "pipeline.planner",
+            "min_expected_turns (30) is above max_expected_turns (10)",
+        ),
+        (
+            {"pipeline": {"order": ["dedupe", "mask", "dedupe"]}},
+            "pipeline.order",
+            "names dedupe more than once",
+        ),
+        ({"pipeline": {"order": []}}, "pipeline.order", "at least 1 item"),
+    ],
+)
+def test_values_that_contradict_each_other_are_refused_by_key(
+    data: dict[str, Any], key: str, message: str
+) -> None:
+    """Each used to be accepted: the larger bound silently won, a pass ran twice, or
+    no pass ran at all."""
+    from ctxwarden.config import validated_config
+
+    with pytest.raises(ConfigError) as info:
+        validated_config(data, "ctxwarden.toml")
+    assert info.value.key == key and info.value.source == "ctxwarden.toml"
+    assert message in info.value.reason and "Value error" not in str(info.value)
+
+
+def test_consistent_bounds_and_every_preset_still_validate() -> None:
+    from ctxwarden.config import validated_config
+
+    validated_config({"budget": {"context_window": 1000, "output_reserve": 999}})
+    validated_config({"pipeline": {"planner": {"min_expected_turns": 8, "max_expected_turns": 8}}})
+    for preset in PRESETS:
+        validated_config({"preset": preset})

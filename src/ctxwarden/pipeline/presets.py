@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ctxwarden.config import config_error
 from ctxwarden.errors import ConfigError
@@ -114,6 +122,15 @@ class PlannerConfig(_Strict):
         "share of the session as it grows; it is never below max_session_deficit).",
     )
 
+    @model_validator(mode="after")
+    def _turns_in_order(self) -> PlannerConfig:
+        if self.min_expected_turns > self.max_expected_turns:
+            raise ValueError(
+                f"min_expected_turns ({self.min_expected_turns:g}) is above "
+                f"max_expected_turns ({self.max_expected_turns:g})"
+            )
+        return self
+
 
 class ToolPolicy(_Strict):
     """A per-tool override: keep the tool's outputs (``exclude``), reduce old ones to a
@@ -127,7 +144,12 @@ class ToolPolicy(_Strict):
 class PipelineConfig(_Strict):
     """Every pass's settings, the recency budget and the planner."""
 
-    order: tuple[PassName, ...] = PASS_NAMES
+    order: tuple[PassName, ...] = Field(
+        PASS_NAMES,
+        min_length=1,
+        description='The passes in the order they run (each at most once; mode = "exact" '
+        "runs none).",
+    )
     recency_tokens: int = Field(
         0,
         ge=0,
@@ -167,6 +189,14 @@ class PipelineConfig(_Strict):
     trim_args: TrimArgsConfig = TrimArgsConfig()
     planner: PlannerConfig = PlannerConfig()
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+
+    @field_validator("order")
+    @classmethod
+    def _each_pass_once(cls, order: tuple[PassName, ...]) -> tuple[PassName, ...]:
+        twice = sorted({name for name in order if order.count(name) > 1})
+        if twice:
+            raise ValueError(f"names {', '.join(twice)} more than once")
+        return order
 
 
 PRESETS: dict[str, PipelineConfig] = {
