@@ -32,7 +32,7 @@ import orjson
 
 from ctxwarden.adapters import get_adapter
 from ctxwarden.config import EngineConfig, Mode, load_config
-from ctxwarden.errors import MalformedRequest, ValidationFailed, json_pointer
+from ctxwarden.errors import MalformedRequest, StoreError, ValidationFailed, json_pointer
 from ctxwarden.model.classify import classify
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes
@@ -268,6 +268,8 @@ class Engine:
             reason = exc.__class__.__name__
             if isinstance(exc, ValidationFailed):
                 reason = f"validation: {exc}"
+            elif isinstance(exc, StoreError):  # what failed, not the driver's text (a URL)
+                reason = f"{reason}: {str(exc).split(': ', 1)[0]}"
             report.update(fallback_reason=reason, fallbacks=1)
             report["duration_ms"] = _ms(started)
             return CondenseResult(dict(request), report)
