@@ -30,6 +30,21 @@ CASES: list[tuple[str, Any, str]] = [
         {"messages": [{"role": "assistant", "tool_calls": [{"id": 5}]}]},
         "/messages/0/tool_calls/0/id",
     ),
+    (  # a function call without its function: blamed where it is, not on its result
+        "openai.chat",
+        {
+            "messages": [
+                {"role": "assistant", "tool_calls": [{"id": "a"}]},
+                {"role": "tool", "tool_call_id": "a", "content": "x"},
+            ]
+        },
+        "/messages/0/tool_calls/0/function",
+    ),
+    (
+        "openai.chat",
+        {"messages": [{"role": "assistant", "tool_calls": [{"id": "a", "type": "function"}]}]},
+        "/messages/0/tool_calls/0/function",
+    ),
     ("openai.responses", {"input": [{"type": "function_call", "name": "f"}]}, "/input/0/call_id"),
     (
         "openai.responses",

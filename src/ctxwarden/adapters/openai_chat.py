@@ -91,9 +91,11 @@ def _tool_calls(value: Any, path: Path) -> list[Part]:
         call_id = expect(call.get("id"), str, (*item_path, "id"))
         function = call.get("function")
         kind = call.get("type", "function")
-        if kind != "function" or function is None:
+        if kind != "function":
             calls.append(_other_call(call, call_id, kind, item_path))
             continue
+        # a function call without its function is malformed here, where it is (its
+        # result would otherwise be blamed for lacking a call)
         fn = expect_object(function, (*item_path, "function"))
         name = expect(fn.get("name"), str, (*item_path, "function", "name"))
         arguments = fn.get("arguments", "")
