@@ -8,6 +8,9 @@ corpus): a fast way to compare settings. Runs every ``--every``-th session (offs
 
 ``--set`` takes a dotted key under ``[pipeline]`` and a JSON value (a bare word is a
 string). Several ``--config`` groups can be compared: separate them with ``--next``.
+Every group is checked before any replay starts: an unknown or invalid key is one line
+on stderr naming it (``pipeline.mask.min_tokenz: unknown key``) and exit status 2, as
+is any other ctxwarden error (a corpus path that does not exist).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 from stop_deficit import FROM_TURN, worst_stop
 
 from ctxwarden.config import EngineConfig, StoreConfig
-from ctxwarden.pipeline.presets import PRESETS
+from ctxwarden.errors import ConfigError, CtxwardenError
+from ctxwarden.pipeline.presets import PRESETS, resolve_pipeline
 from ctxwarden.replay.inputs import expand_paths
 from ctxwarden.replay.runner import ReplayOptions, run_replay
 
@@ -103,7 +107,20 @@ def _summary(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def main() -> None:
+def main() -> int:
+    """Run the comparison; 0 when every group ran, 2 (one line on stderr) on an error."""
+    try:
+        return _main()
+    except CtxwardenError as exc:
+        print(f"{_prog()}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _prog() -> str:
+    return Path(sys.argv[0]).name
+
+
+def _main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--every", type=int, default=8)
     parser.add_argument("--offset", type=int, default=0)
@@ -120,9 +137,7 @@ def main() -> None:
             groups.append([])
         else:
             groups[-1].append(token)
-    files = [str(f) for f in expand_paths([args.corpus])][args.offset :: args.every]
-    chunks = [files[i :: args.jobs * 4] for i in range(args.jobs * 4)]
-    dump: dict[str, Any] = {}
+    configs: list[tuple[str, list[str], dict[str, Any]]] = []
     for group in groups:
         preset = "balanced"
         sets: list[str] = []
@@ -136,6 +151,17 @@ def main() -> None:
             else:  # options go before the configs: "--json F aggressive", not after
                 parser.error(f"unexpected {token!r} in a config group (PRESET [--set k=v ...])")
         overrides = _parse_sets(sets)
+        try:  # every group before any replay: a typo must not wait for the first run
+            resolve_pipeline(preset, overrides)
+        except ConfigError as exc:
+            given = "".join(f" --set {item}" for item in sets)
+            print(f"{_prog()}: error: {exc} (config {preset}{given})", file=sys.stderr)
+            return 2
+        configs.append((preset, sets, overrides))
+    files = [str(f) for f in expand_paths([args.corpus])][args.offset :: args.every]
+    chunks = [files[i :: args.jobs * 4] for i in range(args.jobs * 4)]
+    dump: dict[str, Any] = {}
+    for preset, sets, overrides in configs:
         with ProcessPoolExecutor(args.jobs) as pool:
             rows = [
                 r
@@ -147,6 +173,7 @@ def main() -> None:
         dump[label] = rows
     if args.json:
         Path(args.json).write_text(json.dumps(dump))
+    return 0
 
 
 if __name__ == "__main__":

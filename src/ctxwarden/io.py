@@ -18,7 +18,9 @@ from ctxwarden.errors import MalformedRequest, ReplayError
 
 __all__ = [
     "Session",
+    "anthropic_evidence",
     "bundled_sessions",
+    "check_api",
     "dump_json",
     "guess_api",
     "load_json",
@@ -121,7 +123,8 @@ def dump_json(obj: Any, *, indent: bool = False) -> bytes:
 
 
 def load_json(source: str | Path, *, exact: bool = False) -> Any:
-    """Parse a JSON file; invalid JSON is a :class:`MalformedRequest` at the root.
+    """Parse a JSON file; invalid JSON is a :class:`MalformedRequest` at the root
+    naming the file (``<stdin>`` for ``-``).
 
     ``exact``: read it with :func:`parse_json`, keeping every value as sent (a
     request that is printed back); otherwise with orjson alone (faster; an integer
@@ -130,37 +133,61 @@ def load_json(source: str | Path, *, exact: bool = False) -> Any:
     try:
         return parse_json(data) if exact else orjson.loads(data)
     except ValueError as exc:
-        raise MalformedRequest(f"{source}: not JSON ({exc})", ()) from None
+        name = "<stdin>" if str(source) == "-" else source
+        raise MalformedRequest(f"{name}: not JSON ({exc})", ()) from None
 
 
 def guess_api(request: Any) -> str:
-    """Best guess of a request's API from its shape (default ``openai.chat``)."""
+    """Best guess of a request's API from its shape (default ``openai.chat``): ``input``,
+    ``instructions`` or ``previous_response_id`` is Responses; Anthropic evidence (see
+    :func:`anthropic_evidence`) is Messages."""
     if not isinstance(request, dict):
         return "openai.chat"
     if "input" in request or "instructions" in request or "previous_response_id" in request:
         return "openai.responses"
-    if "system" in request:
+    if anthropic_evidence(request) is not None:
         return "anthropic.messages"
-    messages = request.get("messages")
-    for message in messages if isinstance(messages, list) else ():
-        content = message.get("content") if isinstance(message, dict) else None
-        for block in content if isinstance(content, list) else ():
-            kind = block.get("type") if isinstance(block, dict) else None
-            if isinstance(kind, str) and kind in _ANTHROPIC_BLOCKS:
-                return "anthropic.messages"
     return "openai.chat"
 
 
 _ANTHROPIC_BLOCKS = frozenset(("tool_use", "tool_result", "thinking", "redacted_thinking"))
 
+_API_NAMES = {
+    "openai.chat": "an OpenAI Chat",
+    "openai.responses": "a Responses",
+    "anthropic.messages": "an Anthropic Messages",
+}
+
+
+def anthropic_evidence(request: dict[str, Any]) -> tuple[str | int, ...] | None:
+    """The JSON path of the first thing in ``request`` that only an Anthropic Messages
+    body has: a top-level ``system``, or a content block typed ``tool_use``,
+    ``tool_result``, ``thinking`` or ``redacted_thinking`` (its ``type``); ``None``
+    when there is none."""
+    if "system" in request:
+        return ("system",)
+    messages = request.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if isinstance(kind, str) and kind in _ANTHROPIC_BLOCKS:
+                return ("messages", i, "content", j, "type")
+    return None
+
 
 def check_api(request: Any, api: str) -> None:
-    """Raise :class:`MalformedRequest` when ``request`` plainly belongs to another API
-    than ``api`` (a caller's explicit choice, e.g. ``--api``): a Responses body has
-    ``input``, not ``messages``; a Messages body has no ``tool`` or ``system`` role and
-    no ``tool_calls``. The engine itself reads what it can of any body."""
+    """Raise :class:`MalformedRequest` at the JSON path of the evidence when
+    ``request`` plainly belongs to another API than ``api`` (a caller's explicit
+    choice, e.g. ``--api``): a Responses body has ``input``, not ``messages``; a Chat
+    or Responses body has no top-level ``system`` and no Anthropic content block
+    (:func:`anthropic_evidence`); a Messages body has no ``tool``, ``developer`` or
+    ``function`` role and no ``tool_calls`` (a ``system`` message is a Messages one
+    too: anthropic's ``SystemMessageParam``). Any body the API's own SDK types allow
+    passes. The engine itself reads what it can of any body."""
     if not isinstance(request, dict):
         return
+    name = _API_NAMES.get(api, f"a {api}")
     has_messages, has_input = "messages" in request, "input" in request
     if api == "openai.responses" and has_messages and not has_input:
         raise MalformedRequest(
@@ -169,15 +196,31 @@ def check_api(request: Any, api: str) -> None:
         )
     if api != "openai.responses" and has_input and not has_messages:
         raise MalformedRequest(
-            f"input is not a {api} field (that is messages): openai.responses?", ("input",)
+            f"input is not {name} field (that is messages): openai.responses?", ("input",)
         )
+    if api != "anthropic.messages":
+        where = anthropic_evidence(request)
+        if where == ("system",):
+            raise MalformedRequest(
+                f"a top-level system is not {name} field (Anthropic Messages has one): "
+                "anthropic.messages?",
+                where,
+            )
+        if where is not None:
+            kind = request["messages"][where[1]]["content"][where[3]]["type"]
+            raise MalformedRequest(
+                f"a {kind} block is not {name} content part (an Anthropic Messages "
+                "block): anthropic.messages?",
+                where,
+            )
+        return
     messages = request.get("messages")
-    if api != "anthropic.messages" or not isinstance(messages, list):
+    if not isinstance(messages, list):
         return
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
-        if message.get("role") in ("tool", "system", "developer", "function"):
+        if message.get("role") in ("tool", "developer", "function"):  # "system" is one
             raise MalformedRequest(
                 f"role {message['role']!r} is not an Anthropic Messages role (openai.chat?)",
                 ("messages", i, "role"),
@@ -209,12 +252,22 @@ def _is_session(obj: Any) -> bool:
 
 
 def load_session(source: str | Path) -> Session:
-    """A session file (``{id, model, messages, ...}`` or a bare message list)."""
+    """A session file (``{id, model, messages, ...}`` or a bare message list: a
+    non-empty list of message objects). Anything else is a :class:`ReplayError`
+    naming the file (:class:`MalformedRequest` when it is not JSON)."""
     return _session_of(load_json(source), source)
 
 
 def _session_of(obj: Any, source: str | Path) -> Session:
     if isinstance(obj, list):
+        if not obj:
+            raise ReplayError(f"{source}: not a session (an empty list, no messages)")
+        for i, item in enumerate(obj):
+            if not isinstance(item, dict):
+                raise ReplayError(
+                    f"{source}: not a session (a list, but item {i} is "
+                    f"{_json_kind(item)}, not a message object)"
+                )
         return Session(id=Path(str(source)).name, model=None, messages=obj)
     if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
         raise ReplayError(f"{source}: not a session (no messages list)")
@@ -225,6 +278,19 @@ def _session_of(obj: Any, source: str | Path) -> Session:
         tools=obj.get("tools"),
         source=str(obj.get("source", "")),
     )
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, for a message (``a number``, ``an array`` ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def session_requests(session: Session) -> list[tuple[dict[str, Any], dict[str, Any]]]:

@@ -96,10 +96,10 @@ def test_strict_gates_fail_when_nothing_was_replayed(
 ) -> None:
     gates = tmp_path / "gates.toml"
     gates.write_text("[gates]\nmin_reduction = 0.5\n")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    argv = ["replay", str(empty), "--strict", "--gates", str(gates), "--quiet"]
-    assert main(argv) == 1
+    unusable = tmp_path / "unusable.json"
+    unusable.write_text("[]")  # skipped (exit 2): the gates still say what they found
+    argv = ["replay", str(unusable), "--strict", "--gates", str(gates), "--quiet"]
+    assert main(argv) == 2
     assert "nothing was replayed" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         main(["replay", SESSION, "--max-sessions", "0", "--quiet"])

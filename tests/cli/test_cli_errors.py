@@ -236,7 +236,7 @@ def test_a_config_error_names_its_file_and_key(
         ('{"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "go"}, '
          '{"role": "assistant", "content": null, "tool_calls": []}]}', "anthropic.messages",
          "at /messages/1/tool_calls"),
-        ('{"model": "m", "max_tokens": 9, "messages": [{"role": "system", "content": "s"}]}',
+        ('{"model": "m", "max_tokens": 9, "messages": [{"role": "developer", "content": "s"}]}',
          "anthropic.messages", "at /messages/0/role"),
     ],
 )  # fmt: skip

@@ -51,7 +51,9 @@ _FOUND = [
 @given(
     turns=st.lists(_turn, min_size=4, max_size=10),
     recency=st.sampled_from([0, 200, 600]),
-    horizon=st.tuples(st.sampled_from([1, 3, 10]), st.sampled_from([3, 10, 50])),
+    horizon=st.tuples(st.sampled_from([1, 3, 10]), st.sampled_from([3, 10, 50])).map(
+        lambda h: (min(h), max(h))  # a min above the max is refused; the max won anyway
+    ),
 )
 @example(*_FOUND[0])
 @example(*_FOUND[1])

@@ -89,7 +89,8 @@ def test_errors_are_one_line_on_stderr_with_exit_2(
     out, err = capsys.readouterr()
     assert out == ""
     assert len(err.strip().splitlines()) == 1
-    assert err.startswith(f"ctxwarden {argv[0]}: error: ")
+    command = " ".join(argv[:2]) if argv[0] == "store" else argv[0]
+    assert err.startswith(f"ctxwarden {command}: error: ")
     assert message in err
 
 

@@ -1,5 +1,9 @@
 """The ``ctxwarden`` command line. Each command group lives in its own module and
-registers its subcommands; errors print one line on stderr and exit non-zero."""
+registers its subcommands; errors print one line on stderr and exit non-zero.
+
+The line names the command as typed (``ctxwarden store gc: error: ...``), and a
+request error of a command that reads a request file (``condense``, ``inspect``) names
+that file first (``ctxwarden condense: error: req.json: ... at /messages/3``)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from collections.abc import Callable, Sequence
 from importlib import import_module
 
 from ctxwarden import __version__
-from ctxwarden.errors import CtxwardenError
+from ctxwarden.errors import CtxwardenError, RequestError
 
 __all__ = ["main"]
 
@@ -32,7 +36,33 @@ def build_parser() -> argparse.ArgumentParser:
             import_module(name).register
         )
         register(sub)
+    _describe_later_defaults(sub)
     return parser
+
+
+_LATER_DEFAULT = "; None]"
+_SERVE_DATA_DIR_DEFAULT = (
+    "the config's data_dir, else $XDG_DATA_HOME/ctxwarden, else ~/.local/share/ctxwarden"
+)
+"""``serve`` reads ``$CTXWARDEN_DATA_DIR`` as its flag's variable, before the config."""
+
+
+def _describe_later_defaults(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``serve`` shows each option as ``[VARIABLE; default]``; for an option whose
+    default is decided later (``None``) that read ``[CTXWARDEN_DATA_DIR; None]``. Such
+    an option shows its variable alone, and ``--data-dir`` the directory it really
+    defaults to (its variable is read first, then the config's ``data_dir``).
+    A stopgap over the help text that ``ctxwarden.cli.serve`` renders: once it writes
+    these itself, this finds nothing to change."""
+    for parser in sub.choices.values():
+        for action in parser._actions:
+            if not (action.help and action.help.endswith(_LATER_DEFAULT)):
+                continue
+            head = action.help[: -len(_LATER_DEFAULT)]
+            if "--data-dir" in action.option_strings:
+                action.help = f"{head}; default: {_SERVE_DATA_DIR_DEFAULT}]"
+            else:
+                action.help = f"{head}]"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,18 +71,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    command = " ".join(filter(None, (args.command, getattr(args, "store_command", None))))
     try:
         return handler(args)
     except CtxwardenError as exc:
-        print(f"ctxwarden {args.command}: error: {exc}", file=sys.stderr)
+        print(f"ctxwarden {command}: error: {_naming_the_file(exc, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 141
     except OSError as exc:
-        print(f"ctxwarden {args.command}: error: {exc}", file=sys.stderr)
+        print(f"ctxwarden {command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _naming_the_file(exc: CtxwardenError, args: argparse.Namespace) -> str:
+    """The message of ``exc``; a request error of a command that read a request from
+    ``args.file`` starts with that file (``<stdin>`` for ``-``), once."""
+    message = str(exc)
+    source = getattr(args, "file", None)
+    if not isinstance(exc, RequestError) or not isinstance(source, str):
+        return message
+    name = "<stdin>" if source == "-" else source
+    return message if message.startswith(f"{name}: ") else f"{name}: {message}"
 
 
 if __name__ == "__main__":  # pragma: no cover

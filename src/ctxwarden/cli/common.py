@@ -21,6 +21,8 @@ from ctxwarden.pipeline.presets import resolve_pipeline
 from ctxwarden.store import default_data_dir
 
 __all__ = [
+    "DATA_DIR_DEFAULT",
+    "DATA_DIR_HELP",
     "CliConsole",
     "add_engine_options",
     "engine_from_args",
@@ -31,6 +33,17 @@ __all__ = [
     "store_errors",
     "write_stdout",
 ]
+
+
+DATA_DIR_DEFAULT = (
+    "the config's data_dir, else $CTXWARDEN_DATA_DIR, else $XDG_DATA_HOME/ctxwarden, "
+    "else ~/.local/share/ctxwarden"
+)
+"""Where a command that takes ``--data-dir`` keeps its store without the flag (the
+order :class:`~ctxwarden.engine.Engine` and :func:`ctxwarden.store.default_data_dir`
+apply)."""
+
+DATA_DIR_HELP = f"store directory (default: {DATA_DIR_DEFAULT})"
 
 
 class CliConsole(Console):
@@ -83,7 +96,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML config file")
     parser.add_argument("--preset", help="conservative | balanced | aggressive")
     parser.add_argument("--mode", choices=("active", "shadow", "exact"))
-    parser.add_argument("--data-dir", help="store directory (default ~/.local/share/ctxwarden)")
+    parser.add_argument("--data-dir", help=DATA_DIR_HELP)
 
 
 def engine_from_args(

@@ -2,15 +2,23 @@
 
 Exit status: 0 when everything ran (and, with ``--strict``, every gate and scenario
 passed), 1 when a gate or scenario failed (each one named on stderr), 2 on errors,
-and 2 when inputs were skipped (a file that is not a session or request log, a session
-with a request the engine refuses): each is named on stderr and left out of every
-figure, after the table and reports of the rest are written.
+and 2 when inputs were skipped (a file that is not a session or request log or holds no
+request, a session with a request the engine refuses): each is named on stderr and left
+out of every figure, after the table and reports of the rest are written. 141 when the
+table's output pipe was closed (``| head``) and nothing else went wrong.
+
+Order of output: the ``--json`` / ``--html`` reports are written first (their paths are
+checked before the replay starts), then the table on stdout, then the skipped inputs
+and failed gates on stderr. A closed stdout cuts the table only: the reports, the
+stderr lines and the exit status for skips and gates are those of a full run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +45,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "replay",
         help="replay sessions / request logs and compare configurations with baselines",
-        description="Replay recorded sessions (*.json[.gz]) or request logs (*.jsonl[.gz]) "
-        "through each configuration and the baselines exact and mask:N.",
+        description="Replay recorded sessions (*.json[.gz]) or request logs (*.jsonl[.gz])\n"
+        "through each configuration and the baselines exact and mask:N.\n"
+        "Without PATHS, the real sessions bundled with ctxwarden are replayed.",
+        epilog=_COLUMNS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("paths", nargs="*", help="session / log files or directories")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        help="session / log files or directories (default: the bundled sessions)",
+    )
     p.add_argument("--config", action="append", default=[], help="TOML config (repeatable)")
     p.add_argument("--preset", action="append", default=[], help="preset name (repeatable)")
-    p.add_argument("--mask", action="append", type=int, help="mask:N baseline (default 10)")
-    p.add_argument("--no-baselines", action="store_true", help="skip exact and mask:N")
+    p.add_argument(
+        "--mask",
+        action="append",
+        type=non_negative_int,
+        metavar="N",
+        help="mask:N baseline (repeatable; default 10)",
+    )
+    p.add_argument(
+        "--no-baselines", action="store_true", help="skip exact and mask:N (not with --mask)"
+    )
     p.add_argument("--json", metavar="OUT", help="write every figure as JSON")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     p.add_argument("--strict", action="store_true", help="exit 1 when a gate fails")
@@ -71,6 +94,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run the scenario corpus (bundled, or DIR) instead of sessions",
     )
     p.set_defaults(handler=_replay)
+
+
+_COLUMNS = """\
+table columns (totals over all requests; in parentheses the median or worst session):
+  reduction         input tokens saved against exact
+  cost saving       cache-adjusted saving against exact, OpenAI / Anthropic cache prices
+                    (negative: dearer than sending the requests unchanged)
+  support           share of the strings the agent's real next action took from earlier
+                    tool outputs that are still visible
+  critical          error lines kept: share of the tool outputs' error lines still visible
+  recoverable       share of condensed content whose original recalls from the store
+  violations        broken pairing, changed ids, names or order, invalid JSON, ...
+  rewrites / fallbacks / prefix breaks
+                    requests rewritten, sent as the original, and breaking the cached prefix
+"""
 
 
 def _at_least_one(text: str) -> int:
@@ -112,14 +150,30 @@ def _scenarios(args: argparse.Namespace, console: CliConsole) -> int:
     return 1 if failed and args.strict else 0
 
 
-def _check_writable(out: str) -> None:
+def _check_writable(option: str, out: str) -> None:
     """Fail before a long replay, not after it, when ``out`` cannot be written: its
-    folder must exist and ``out`` must not be a folder (:class:`ReplayError`)."""
+    folder must exist and take a new file (tried with a probe file, removed at once:
+    permission bits say nothing for root or on a read-only or virtual file system),
+    ``out`` must not be a folder, and an existing ``out`` must open for writing.
+    The :class:`ReplayError` names ``option`` and ``out``."""
     path = Path(out)
+    where = f"{option} {out}"
     if path.is_dir():
-        raise ReplayError(f"{out}: is a directory, not a file to write")
-    if not path.parent.is_dir():
-        raise ReplayError(f"{out}: no such directory {str(path.parent)!r}")
+        raise ReplayError(f"{where}: is a directory, not a file to write")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ReplayError(f"{where}: no such directory {str(folder)!r}")
+    try:
+        if path.exists():
+            with path.open("ab"):  # opened to append, nothing written: left as it is
+                pass
+        else:
+            handle, probe = tempfile.mkstemp(dir=folder, prefix=".ctxwarden-replay-")
+            os.close(handle)
+            os.unlink(probe)
+    except OSError as exc:
+        what = "this file" if path.exists() else f"a file in {str(folder)!r}"
+        raise ReplayError(f"{where}: cannot write {what} ({exc.strerror or exc})") from None
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -129,9 +183,13 @@ def _replay(args: argparse.Namespace) -> int:
     configs, gates = _configs(args)
     if args.gates:
         gates = load_gates(args.gates)
-    for out in (args.json, args.html):
+    if args.no_baselines and args.mask:
+        raise ReplayError(
+            f"--mask {args.mask[0]}: --no-baselines drops every mask:N baseline (give one of them)"
+        )
+    for option, out in (("--json", args.json), ("--html", args.html)):
         if out:
-            _check_writable(out)
+            _check_writable(option, out)
     baselines = [] if args.no_baselines else ["exact", *(f"mask:{n}" for n in args.mask or [10])]
     paths = args.paths or [str(p) for p in bundled_sessions()]
     options = ReplayOptions(
@@ -158,11 +216,15 @@ def _replay(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total, description=session[-40:])
 
         result = run_replay(paths, configs, baselines=baselines, options=options, progress=progress)
-    print_table(result, console)
     if args.json:
         write_json(result, args.json)
     if args.html:
         write_html(result, args.html)
+    try:
+        print_table(result, console)
+        cut = False
+    except BrokenPipeError:  # stdout now points at /dev/null; stderr still goes out
+        cut = True
     for skip in result.skipped:
         print(f"ctxwarden replay: error: {skip.error} (skipped)", file=sys.stderr)
     failures = check_gates(result, gates or Gates()) if args.strict else []
@@ -170,4 +232,6 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"ctxwarden replay: {line}", file=sys.stderr)
     if result.skipped:
         return 2
-    return 1 if failures else 0
+    if failures:
+        return 1
+    return 141 if cut else 0

@@ -4,6 +4,8 @@ All three open the store the engine would use: the backend of ``--config`` (defa
 SQLite) in ``--data-dir`` (default: the config's ``data_dir``, else
 :func:`ctxwarden.store.default_data_dir`). Store failures are
 :class:`~ctxwarden.errors.StoreError`, printed by :func:`ctxwarden.cli.main` as one line.
+``recall`` checks its reference and line range before it opens any store: a malformed
+one is a :class:`~ctxwarden.errors.RequestError` whatever the store.
 """
 
 from __future__ import annotations
@@ -13,15 +15,23 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from rich.table import Table
 
-from ctxwarden.cli.common import CliConsole, print_json, store_errors, write_stdout
-from ctxwarden.config import EngineConfig, load_config
+from ctxwarden.cli.common import (
+    DATA_DIR_HELP,
+    CliConsole,
+    print_json,
+    store_errors,
+    write_stdout,
+)
+from ctxwarden.config import EngineConfig, StoreConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
-from ctxwarden.errors import ConfigError, StoreError
+from ctxwarden.errors import ConfigError, RequestError, StoreError
 from ctxwarden.store import Store, open_store, sqlite_path
-from ctxwarden.store.recall import recall_text
+from ctxwarden.store.base import REF_PATTERN
+from ctxwarden.store.recall import parse_line_range, recall_text
 
 __all__ = ["register"]
 
@@ -56,7 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_store_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML config file (its [store] table is used)")
-    parser.add_argument("--data-dir", help="store directory (default ~/.local/share/ctxwarden)")
+    parser.add_argument("--data-dir", help=DATA_DIR_HELP)
 
 
 @contextmanager
@@ -95,7 +105,38 @@ def _not_made(path: Path) -> bool:
     return True
 
 
+def _check_recall_args(ref: str, lines: str | None) -> None:
+    """Refuse, before any store is opened, a ``ref`` that is no reference and a
+    ``--lines`` that is empty or no range (:class:`RequestError` naming it)."""
+    if not REF_PATTERN.fullmatch(ref.strip()):
+        raise RequestError(
+            f"{ref!r} is not a ctxwarden reference (cw: and 12 lowercase hex digits, "
+            "e.g. cw:5f3a9c21e0b4)"
+        )
+    if lines is not None and not lines.strip():
+        raise RequestError("--lines is empty (give A-B or A, or leave --lines out)")
+    parse_line_range(lines)
+
+
+def _where(config: EngineConfig, data_dir: str | None) -> str:
+    """Which store the command read: the SQLite file, or the server's URL without
+    its password."""
+    store: StoreConfig = config.store
+    if store.backend == "sqlite":
+        return str(sqlite_path(store, data_dir))
+    if store.backend == "memory":
+        return "in this process only"
+    if not store.url:
+        return ""
+    parts = urlsplit(store.url)
+    if parts.password is None:
+        return store.url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _recall(args: argparse.Namespace) -> int:
+    _check_recall_args(args.ref, args.lines)
     with _opened(args) as (_, store):
         text = recall_text(store, args.ref, args.lines, tenant=args.tenant)
     if not text.endswith("\n"):
@@ -108,6 +149,7 @@ def _recall(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     with _opened(args) as (config, store):
         counts = store.stats()
+    where = _where(config, args.data_dir or config.data_dir)
     if args.json:
         print_json({"backend": config.store.backend, **counts})
         return 0
@@ -117,7 +159,10 @@ def _stats(args: argparse.Namespace) -> int:
     table.add_row("backend", config.store.backend)
     for name in ("artifacts", "bytes", "sessions", "tenants"):
         table.add_row(name, f"{counts[name]:,}")
-    CliConsole().print(table)
+    console = CliConsole()
+    console.print(table)
+    if where:  # whole, on one line: a path cut to the table's width says nothing
+        console.print(f"store: {where}", soft_wrap=True, markup=False, highlight=False)
     return 0
 
 

@@ -4,7 +4,8 @@ Inputs (files, or directories searched for them, sorted by name):
 
 - ``*.json`` / ``*.json.gz``: a session, an OpenAI Chat message list. Every
   assistant message at index ``k`` yields the request ``messages[:k]`` and its real
-  next action ``messages[k]`` (:func:`ctxwarden.io.session_requests`).
+  next action ``messages[k]`` (:func:`ctxwarden.io.session_requests`); a session that
+  yields no request (no assistant message after the first message) cannot be used.
 - ``*.jsonl`` / ``*.jsonl.gz``: one request per line as a proxy records it, any of
   the three APIs. A line is either the request itself or a record
   ``{"request": {...}, "api": ..., "session": ..., "ts": ..., "response": ...}``
@@ -12,7 +13,11 @@ Inputs (files, or directories searched for them, sorted by name):
   one session per file). ``api`` defaults to :func:`ctxwarden.io.guess_api`. The
   next action is ``response`` when recorded, else the assistant items the next
   request of the session added after this request's items. ``ts`` (epoch seconds)
-  feeds the idle-gap cache expiry.
+  feeds the idle-gap cache expiry. A log with no request cannot be used.
+
+An input that cannot be used raises :class:`~ctxwarden.errors.ReplayError` naming it
+(the replay skips it and says so); a directory named that holds no input is an error
+of the whole replay (:func:`expand_paths`).
 """
 
 from __future__ import annotations
@@ -62,12 +67,20 @@ class ReplaySession:
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
-    """Files named, plus session / log files found (recursively) in directories named."""
+    """Files named, plus session / log files found (recursively) in directories named.
+    A :class:`ReplayError` names a path that does not exist, or a directory that
+    holds no such file (a replay of nothing is a mistake, not a table of dashes)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            out.extend(sorted(f for f in p.rglob("*") if f.name.endswith(_SUFFIXES)))
+            found = sorted(f for f in p.rglob("*") if f.name.endswith(_SUFFIXES))
+            if not found:
+                raise ReplayError(
+                    f"{p}: no session or request log in this directory "
+                    f"(files named *{', *'.join(_SUFFIXES)})"
+                )
+            out.extend(found)
         elif p.exists():
             out.append(p)
         else:
@@ -81,6 +94,10 @@ def _from_session_file(path: Path) -> ReplaySession:
         ReplayRequest(request=req, api="openai.chat", next_action=nxt)
         for req, nxt in session_requests(session)
     ]
+    if not requests:
+        raise ReplayError(
+            f"{path}: no request to replay (no assistant message after the first message)"
+        )
     return ReplaySession(session.id, session.model, requests, session.source)
 
 
@@ -112,6 +129,8 @@ def read_jsonl(path: Path) -> list[ReplaySession]:
         session = str(record.get("session") or path.name)
         ts = _ts(record.get("ts", record.get("timestamp")))
         groups.setdefault(session, []).append((request, api, record.get("response"), ts))
+    if not groups:
+        raise ReplayError(f"{path}: no request to replay (an empty log)")
     sessions = []
     for sid, rows in groups.items():
         requests = []

@@ -1,0 +1,61 @@
+"""An input with no usable request is skipped like any other unusable input (named on
+stderr, in the JSON's ``skipped``, exit status 2), never counted as a session of
+nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ctxwarden.errors import ReplayError
+from ctxwarden.io import load_session
+from tests.cli.skipped import skips
+from tests.replay.conftest import tool_session
+
+UNUSABLE = [
+    ("array.json", "[1, 2, 3]", "not a session (a list, but item 0 is a number"),
+    ("empty.json", "[]", "not a session (an empty list, no messages)"),
+    ("mixed.json", '[{"role": "user", "content": "hi"}, "x"]', "item 1 is a string"),
+    (
+        "no_answer.json",
+        '{"id": "s", "source": "t", "messages": [{"role": "user", "content": "hi"}]}',
+        "no request to replay (no assistant message after the first message)",
+    ),
+    ("empty_log.jsonl", "\n\n", "no request to replay (an empty log)"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "message"), UNUSABLE)
+def test_an_input_with_no_usable_request_is_skipped(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    good = tmp_path / "a_good.json"
+    good.write_text(json.dumps({"id": "a_good", "messages": tool_session()}))
+    bad = tmp_path / name
+    bad.write_text(text)
+    report = tmp_path / "report.json"
+    argv = ["replay", str(good), str(bad), "--no-baselines", "--quiet", "--json", str(report)]
+    line = skips(capsys, argv)
+    assert line.startswith(f"ctxwarden replay: error: {bad}: ") and message in line
+    data = json.loads(report.read_text())
+    assert [s["file"] for s in data["skipped"]] == [str(bad)]
+    (subject,) = data["subjects"]
+    assert [s["session"] for s in subject["sessions"]] == ["a_good"]
+
+
+@pytest.mark.parametrize("text", ["[]", "[1, 2, 3]", '[{"role": "user"}, null]'])
+def test_a_bare_list_is_a_session_only_when_it_holds_message_objects(
+    tmp_path: Path, text: str
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(text)
+    with pytest.raises(ReplayError, match=r"s\.json: not a session"):
+        load_session(path)
+
+
+def test_a_bare_message_list_is_still_a_session(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(tool_session()))
+    assert load_session(path).messages == tool_session()
