@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxwarden.cli import main
 from ctxwarden.errors import ReplayError
 from ctxwarden.io import load_session
 from tests.cli.skipped import skips
@@ -18,12 +19,6 @@ UNUSABLE = [
     ("array.json", "[1, 2, 3]", "not a session (a list, but item 0 is a number"),
     ("empty.json", "[]", "not a session (an empty list, no messages)"),
     ("mixed.json", '[{"role": "user", "content": "hi"}, "x"]', "item 1 is a string"),
-    (
-        "no_answer.json",
-        '{"id": "s", "source": "t", "messages": [{"role": "user", "content": "hi"}]}',
-        "no request to replay (no assistant message after the first message)",
-    ),
-    ("empty_log.jsonl", "\n\n", "no request to replay (an empty log)"),
 ]
 
 
@@ -59,3 +54,32 @@ def test_a_bare_message_list_is_still_a_session(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     path.write_text(json.dumps(tool_session()))
     assert load_session(path).messages == tool_session()
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("no_answer.json", '{"id": "s", "messages": [{"role": "user", "content": "hi"}]}'),
+        ("empty_log.jsonl", "\n\n"),
+    ],
+)
+def test_an_input_of_no_turn_is_not_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str
+) -> None:
+    """A session that ended before the agent's first answer (or an empty proxy log) is
+    valid input with nothing to replay: no skip, exit 0 (an evaluation over many
+    sessions must not fail on one), and no request in any figure."""
+    good = tmp_path / "a_good.json"
+    good.write_text(json.dumps({"id": "a_good", "messages": tool_session()}))
+    quiet = tmp_path / name
+    quiet.write_text(text)
+    report = tmp_path / "report.json"
+    argv = ["replay", str(good), str(quiet), "--no-baselines", "--quiet", "--json", str(report)]
+    assert main(argv) == 0
+    assert "error" not in capsys.readouterr().err
+    data = json.loads(report.read_text())
+    assert data["skipped"] == []
+    (subject,) = data["subjects"]
+    assert sum(s["requests"] for s in subject["sessions"]) == len(
+        [m for m in tool_session()[1:] if m["role"] == "assistant"]
+    )

@@ -4,8 +4,9 @@ Inputs (files, or directories searched for them, sorted by name):
 
 - ``*.json`` / ``*.json.gz``: a session, an OpenAI Chat message list. Every
   assistant message at index ``k`` yields the request ``messages[:k]`` and its real
-  next action ``messages[k]`` (:func:`ctxwarden.io.session_requests`); a session that
-  yields no request (no assistant message after the first message) cannot be used.
+  next action ``messages[k]`` (:func:`ctxwarden.io.session_requests`). A session
+  with no assistant turn is a session of no request, not an error (an agent may stop
+  before its first answer; an evaluation over many sessions must not fail on it).
 - ``*.jsonl`` / ``*.jsonl.gz``: one request per line as a proxy records it, any of
   the three APIs. A line is either the request itself or a record
   ``{"request": {...}, "api": ..., "session": ..., "ts": ..., "response": ...}``
@@ -13,7 +14,7 @@ Inputs (files, or directories searched for them, sorted by name):
   one session per file). ``api`` defaults to :func:`ctxwarden.io.guess_api`. The
   next action is ``response`` when recorded, else the assistant items the next
   request of the session added after this request's items. ``ts`` (epoch seconds)
-  feeds the idle-gap cache expiry. A log with no request cannot be used.
+  feeds the idle-gap cache expiry. An empty log holds no session.
 
 An input that cannot be used raises :class:`~ctxwarden.errors.ReplayError` naming it
 (the replay skips it and says so); a directory named that holds no input is an error
@@ -94,10 +95,6 @@ def _from_session_file(path: Path) -> ReplaySession:
         ReplayRequest(request=req, api="openai.chat", next_action=nxt)
         for req, nxt in session_requests(session)
     ]
-    if not requests:
-        raise ReplayError(
-            f"{path}: no request to replay (no assistant message after the first message)"
-        )
     return ReplaySession(session.id, session.model, requests, session.source)
 
 
@@ -129,8 +126,6 @@ def read_jsonl(path: Path) -> list[ReplaySession]:
         session = str(record.get("session") or path.name)
         ts = _ts(record.get("ts", record.get("timestamp")))
         groups.setdefault(session, []).append((request, api, record.get("response"), ts))
-    if not groups:
-        raise ReplayError(f"{path}: no request to replay (an empty log)")
     sessions = []
     for sid, rows in groups.items():
         requests = []
