@@ -11,6 +11,7 @@ one is a :class:`~ctxwarden.errors.RequestError` whatever the store.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ from ctxwarden.cli.common import (
 from ctxwarden.config import EngineConfig, StoreConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.errors import ConfigError, RequestError, StoreError
-from ctxwarden.store import Store, open_store, sqlite_path
+from ctxwarden.store import Store, default_data_dir, open_store, sqlite_path
 from ctxwarden.store.base import REF_PATTERN
 from ctxwarden.store.recall import parse_line_range, recall_text
 
@@ -45,8 +46,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("ref", metavar="REF", help="a reference such as cw:5f3a9c21e0b4")
     p.add_argument("--lines", metavar="A-B", help="only lines A to B (1-based, inclusive)")
-    p.add_argument(
-        "--tenant", default=DEFAULT_TENANT, help=f"tenant key (default {DEFAULT_TENANT!r})"
+    who = p.add_mutually_exclusive_group()
+    who.add_argument(
+        "--tenant", help=f"tenant key (default {DEFAULT_TENANT!r}, the library's and the CLI's)"
+    )
+    who.add_argument(
+        "--credential-env",
+        metavar="VAR",
+        help="recall what the proxy stored for the client whose API key is in the "
+        "environment variable VAR (its tenant is derived with the data directory's "
+        "proxy.secret; the key is never read from the command line)",
     )
     _add_store_options(p)
     p.set_defaults(handler=_recall)
@@ -118,6 +127,27 @@ def _check_recall_args(ref: str, lines: str | None) -> None:
     parse_line_range(lines)
 
 
+def _proxy_tenant(variable: str, data_dir: str | None) -> str:
+    """The tenant the proxy files a client's originals under: the keyed hash of the API
+    key in the environment ``variable`` with the data directory's ``proxy.secret``
+    (:class:`ConfigError` naming what is missing; the key is never shown)."""
+    from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
+
+    credential = os.environ.get(variable, "").strip()
+    if not credential:
+        raise ConfigError(
+            f"the environment variable {variable} is unset or empty", "--credential-env"
+        )
+    folder = Path(data_dir) if data_dir else default_data_dir()
+    if not (folder / "proxy.secret").is_file():
+        raise ConfigError(
+            f"no proxy.secret in {folder}: the proxy never ran with this data directory "
+            "(give the one it serves from with --data-dir)",
+            "--credential-env",
+        )
+    return TenantKeys(load_or_create_secret(folder)).for_credential(credential)
+
+
 def _where(config: EngineConfig, data_dir: str | None) -> str:
     """Which store the command read: the SQLite file, or the server's URL without
     its password."""
@@ -137,8 +167,11 @@ def _where(config: EngineConfig, data_dir: str | None) -> str:
 
 def _recall(args: argparse.Namespace) -> int:
     _check_recall_args(args.ref, args.lines)
-    with _opened(args) as (_, store):
-        text = recall_text(store, args.ref, args.lines, tenant=args.tenant)
+    with _opened(args) as (config, store):
+        tenant = args.tenant or DEFAULT_TENANT
+        if args.credential_env:
+            tenant = _proxy_tenant(args.credential_env, args.data_dir or config.data_dir)
+        text = recall_text(store, args.ref, args.lines, tenant=tenant)
     if not text.endswith("\n"):
         text += "\n"
     sys.stdout.flush()
