@@ -97,31 +97,48 @@ def is_error_line(line: str) -> bool:
 
 
 MAX_ERROR_LINE = 2_000
-"""Characters of an error line that must stay visible. A longer line is kept as its
-first ``MAX_ERROR_LINE`` characters: such a line is data that holds an error word (a
-minified script matched by grep, a dumped dictionary, code whose newlines were lost),
-and keeping it whole let one 88 KB line of ``jquery.min.js`` hold a 100 KB output in
-full through the truncation guardrail for a whole session. The rest of the line stays
-one recall away, in the original."""
+"""Characters of an error line shown whole. A longer line is data that holds an error
+word (a minified script matched by grep, a dumped dictionary, code whose newlines were
+lost): kept whole, one 88 KB line of ``jquery.min.js`` held a 100 KB output in full
+through the truncation guardrail for a whole session. It is shown cut
+(:func:`shown_error_line`); the whole line stays one recall away, in the original."""
+
+_CUT_HEAD = 1_000
+_CUT_TAIL = 500
+_CUT_AROUND = 250
 
 
 def error_lines(text: str, limit: int | None = None) -> list[str]:
-    """Every distinct error line of ``text`` in order (at most ``limit``), as written
-    up to :data:`MAX_ERROR_LINE` characters (a longer line is its prefix: still a
-    substring of ``text``).
+    """Every distinct error line of ``text`` in order (at most ``limit``), as written.
 
-    Uncapped by default: every error line of a condensed part must stay visible, so a
-    cap here would hide the ones past it from the passes and their checks alike."""
+    Uncapped by default: every error line of a condensed part must stay visible (as
+    :func:`shown_error_line` shows it), so a cap here would hide the ones past it from
+    the passes and their checks alike."""
     return list(_error_lines(text, limit))
 
 
 def shown_error_line(line: str) -> str:
-    """How a condensed text shows the error line ``line`` (whole, or as returned by
-    :func:`error_lines`): a line cut at :data:`MAX_ERROR_LINE` characters says so (one
-    of exactly that length as well: the prefix alone cannot tell them apart)."""
-    if len(line) < MAX_ERROR_LINE:
+    """How a condensed text shows the error line ``line``: whole up to
+    :data:`MAX_ERROR_LINE` characters; a longer one as its first 1,000 characters, the
+    characters around its first error signal when that lies between them, and its last
+    500 (where assertion details and exit messages end), each cut marked ``[...]``.
+    Two long lines that differ only past their start still show apart by their ends."""
+    if len(line) <= MAX_ERROR_LINE:
         return line
-    return line[:MAX_ERROR_LINE] + " [...]"
+    tail_start = len(line) - _CUT_TAIL
+    spans = [(0, _CUT_HEAD)]
+    if _ERROR_RE.search(line, 0, _CUT_HEAD) is None:
+        hit = _ERROR_RE.search(line, _CUT_HEAD, tail_start)
+        if hit is not None:
+            spans.append((max(_CUT_HEAD, hit.start() - _CUT_AROUND), hit.end() + _CUT_AROUND))
+    spans.append((tail_start, len(line)))
+    merged: list[tuple[int, int]] = []
+    for begin, finish in spans:
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], finish))
+        else:
+            merged.append((begin, finish))
+    return " [...] ".join(line[a:b] for a, b in merged)
 
 
 SEARCH_BUDGET = 256 * 1024 * 1024
@@ -196,16 +213,15 @@ def _candidate_line_starts(text: str) -> list[int]:
 @text_memo()
 def _error_lines(text: str, limit: int | None) -> tuple[str, ...]:
     """Same result as testing each line alone with :func:`is_error_line`: the lines
-    holding a keyword are tested in order, each distinct hit kept once (cut at
-    :data:`MAX_ERROR_LINE`)."""
+    holding a keyword are tested in order, each distinct hit kept once."""
     out: list[str] = []
     seen: set[str] = set()
     for start in _candidate_line_starts(text):
         end = text.find("\n", start)
         line = text[start:] if end < 0 else text[start:end]
-        if line and line[:MAX_ERROR_LINE] not in seen and _ERROR_RE.search(line):
-            seen.add(line[:MAX_ERROR_LINE])
-            out.append(line[:MAX_ERROR_LINE])
+        if line and line not in seen and _ERROR_RE.search(line):
+            seen.add(line)
+            out.append(line)
             if limit is not None and len(out) >= limit:
                 break
     return tuple(out)

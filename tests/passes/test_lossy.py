@@ -537,6 +537,25 @@ def test_trim_args_keeps_head_and_error_lines_and_recalls_the_original() -> None
     assert res.request["messages"][4] == wire["messages"][4]
 
 
+@pytest.mark.parametrize("lines_before", [0, 1])
+def test_trim_args_cuts_a_bundle_line_holding_an_error_word(lines_before: int) -> None:
+    """A minified bundle written through a call is one 90 KB line holding ``new
+    Error(``: kept whole as an error line, trimming saved nothing. It is cut as
+    placeholders cut such lines; the whole value is recalled."""
+    bundle = '!function(e){"use strict";throw new Error("x")' + "a;" * 45_000
+    script = "\n".join([*(["cat > dist/app.min.js <<'EOF'"] * lines_before), bundle, "EOF"])
+    wire = _script_request(script)
+    engine = make_engine(pipeline={**FORCE, "order": ["trim_args"], "keep_newest_calls": 1})
+    res = engine.condense(wire)
+    assert res.report["rollbacks"] == 0
+    sent = res.request["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    original = wire["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    value = json.loads(sent)["command"]
+    assert len(sent) < 4_000 and shown_error_line(bundle) in value.split("\n")
+    (ref,) = set(refs_in(value))
+    assert engine.recall(ref) == original
+
+
 def test_trim_args_leaves_a_short_value_with_an_error_line_whole() -> None:
     one_line = "echo 'Error: this single long line is kept because it is an error' " + "x" * 200
     engine = make_engine(pipeline={**FORCE, "order": ["trim_args"], "keep_newest_calls": 1})
@@ -650,31 +669,90 @@ def test_placeholder_keeps_a_long_error_line_whole_even_as_its_head() -> None:
     assert long_error in out[seg.path].text.split("\n")
 
 
-def test_a_data_line_holding_an_error_word_keeps_its_prefix_and_truncation_saves() -> None:
+def test_a_data_line_holding_an_error_word_is_shown_cut_and_truncation_saves() -> None:
     """A grep hit inside a minified script is one 90 KB line holding ``new Error(``:
-    kept whole, the guardrail could save nothing and the output stayed in full. Its
-    first MAX_ERROR_LINE characters stay, marked as cut; the whole line is recalled."""
+    kept whole, the guardrail could save nothing and the output stayed in full. It is
+    shown cut (its start, its end, ``[...]`` between); the whole line is recalled."""
     script = 'vendor/app.min.js:2:!function(e){"use strict";throw new Error("x")' + "a;" * 45_000
     hits = [f"src/mod_{i}.py:{i}: for i, x in enumerate(items):" for i in range(40)]
     big = "\n".join(["<output>", script, *hits, "</output>"])
     assert len(big.encode()) > 50_000
-    assert error_lines(big) == [script[:MAX_ERROR_LINE]]
+    assert error_lines(big) == [script]
     wire = request(call("c1", "grep -rn enumerate ."), result("c1", big))
     cfg = resolve_pipeline("balanced", {})
     ctx, _ = context(wire, cfg)
     seg = segment_at(ctx, 3)
     rep = TruncatePass(cfg.truncate)(ctx, {})[seg.path]
     assert len(rep.text) < len(big) // 10
-    assert shown_error_line(script) in rep.text.split("\n")
-    assert shown_error_line(script) == script[:MAX_ERROR_LINE] + " [...]"
+    shown = shown_error_line(script)
+    assert shown in rep.text.split("\n")
+    assert shown == script[:1000] + " [...] " + script[-500:]
     assert rep.originals == ((refs_in(rep.text.split("\n")[0])[0], big),)
 
 
+def _long_failure(detail: str) -> str:
+    return "E   AssertionError: assert " + "[0.5, " * 1000 + "] == expected; " + detail
+
+
+@pytest.mark.parametrize("preset", ["balanced", "aggressive"])
+def test_long_error_lines_keep_their_signal_and_their_end_visible(preset: str) -> None:
+    """The error word past the first 1,000 characters is shown with what surrounds it,
+    and two failures that differ only at their ends both stay told apart."""
+    buried = "vendor/x.min.js:1:" + "a;" * 1200 + " ValueError: widget id 4711 missing" + ";b" * 600
+    first, second = _long_failure("got 17 expected 42"), _long_failure("got 99 expected 42")
+    body = "\n".join([buried, first, second, *(f"detail line {i} of the run" for i in range(80))])
+    wire = request(
+        call("c1", "pytest -q"), result("c1", body), call("c2", "ls"), result("c2", "a.py")
+    )
+    res = make_engine(preset, FORCE).condense(wire, session="s")
+    sent = res.request["messages"][3]["content"]
+    assert sent != body and res.report["rollbacks"] == 0
+    for visible in ("ValueError: widget id 4711 missing", "got 17 expected 42", "got 99"):
+        assert visible in sent
+    assert len(sent) < len(body) // 2
+
+
+def test_a_superseded_run_keeps_a_long_failure_the_newest_run_does_not_show() -> None:
+    old, new = _long_failure("got 17 expected 42"), _long_failure("got 99 expected 42")
+    wire = request(
+        call("c1", "pytest -q"), result("c1", old + "\n1 failed"),
+        call("c2", "pytest -q"), result("c2", new + "\n1 failed"),
+        call("c3", "ls"), result("c3", "a.py"),
+    )  # fmt: skip
+    res = make_engine("balanced", FORCE).condense(wire, session="s")
+    note = res.request["messages"][3]["content"]
+    assert note.startswith("[ctxwarden: superseded") and "got 17 expected 42" in note
+
+
 def test_an_error_line_up_to_the_limit_is_shown_whole() -> None:
-    line = "AssertionError: " + "y" * (MAX_ERROR_LINE - 17)
-    assert len(line) == MAX_ERROR_LINE - 1
+    line = "AssertionError: " + "y" * (MAX_ERROR_LINE - 16)
+    assert len(line) == MAX_ERROR_LINE
     assert shown_error_line(line) == line
     assert error_lines(f"ok\n{line}\nok") == [line]
+    assert "[...]" in shown_error_line(line + "z")
+
+
+@given(
+    st.integers(0, 6000),
+    st.integers(MAX_ERROR_LINE, 9000),
+    st.sampled_from(
+        [
+            "ValueError: bad",
+            "FAILED tests/t.py",
+            "error: cannot",
+            "Traceback (most recent call last)",
+        ]
+    ),
+)
+def test_a_cut_line_shows_its_start_its_end_and_its_first_signal(
+    at: int, length: int, signal: str
+) -> None:
+    filler = "q" * length
+    line = filler[:at] + " " + signal + " " + filler[at:]
+    shown = shown_error_line(line)
+    assert shown.startswith(line[:300]) and shown.endswith(line[-300:])
+    assert signal in shown
+    assert len(shown) <= 2_100
 
 
 @pytest.mark.parametrize("preset", ["balanced", "aggressive"])

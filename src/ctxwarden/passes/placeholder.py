@@ -2,7 +2,7 @@
 
 A placeholder says what the output was (size, exit status and, where the call that
 produced it is not right before it, the tool and command), keeps every error line
-verbatim on its own line (up to :data:`~ctxwarden.signals.MAX_ERROR_LINE` characters),
+verbatim on its own line (one over :data:`~ctxwarden.signals.MAX_ERROR_LINE` characters cut),
 a short head and tail, the distinctive strings the output mentioned that the agent is
 most likely to need, and the reference that recalls the original or any line range
 (the proxy's recall tool says how, so the placeholder does not repeat it)::
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import (
-    MAX_ERROR_LINE,
     TextSearch,
     error_lines,
     exit_status,
@@ -186,15 +185,15 @@ def _body(
     last_hidden = tail[0] - 1 if tail else n - 1
     error_set = set(errors)
 
-    def shown(i: int) -> str:  # error lines stay whole (to MAX_ERROR_LINE); others clipped
-        if lines[i][:MAX_ERROR_LINE] in error_set:
+    def shown(i: int) -> str:  # error lines as shown_error_line shows them; others clipped
+        if lines[i] in error_set:
             return shown_error_line(lines[i])
         return _clip(lines[i], digest.max_line_chars)
 
     body = [header, *(shown(i) for i in head)]
     if last_hidden >= first_hidden and (head or tail):  # else the header's count says it
         body.append(f"... (lines {first_hidden + 1}-{last_hidden + 1})")
-    shown_lines = {lines[i][:MAX_ERROR_LINE] for i in (*head, *tail)}
+    shown_lines = {lines[i] for i in (*head, *tail)}
     body.extend(shown_error_line(e) for e in errors if e not in shown_lines)
     body.extend(shown(i) for i in tail)
     return "\n".join(body), errors, error_set

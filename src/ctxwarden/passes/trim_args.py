@@ -23,25 +23,30 @@ from ctxwarden.memo import MISSING, TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMem
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
-from ctxwarden.signals import is_error_line
+from ctxwarden.signals import is_error_line, shown_error_line
 
 __all__ = ["TrimArgsPass", "trim_value"]
 
 
 def trim_value(value: str, ref: str, config: TrimArgsConfig) -> str:
-    """``value`` with its middle lines replaced by a note naming ``ref``."""
+    """``value`` with its middle lines replaced by a note naming ``ref``; every line
+    kept (head, tail, error lines) as :func:`~ctxwarden.signals.shown_error_line` shows
+    it: one over :data:`~ctxwarden.signals.MAX_ERROR_LINE` characters is cut (a
+    minified bundle written through a call is one such line)."""
     lines = value.split("\n")
     head, tail = config.head_lines, config.tail_lines
     if len(lines) <= head + tail + 1:
         if is_error_line(value):
-            return value
+            shown = "\n".join(map(shown_error_line, lines))
+            return value if shown == value else f"{shown}\n[ctxwarden: whole text in {ref}]"
         cut = config.max_value_chars // 2
         return f"{value[:cut]}...[ctxwarden: {len(value) - cut:,} more chars in {ref}]"
     middle = lines[head : len(lines) - tail]
     errors = [line for line in middle if is_error_line(line)]
     hidden = len(middle) - len(errors)
     note = f"...[ctxwarden: {hidden:,} more lines in {ref}]"
-    return "\n".join([*lines[:head], note, *errors, *(lines[len(lines) - tail :] if tail else [])])
+    kept = [*lines[:head], note, *errors, *(lines[len(lines) - tail :] if tail else [])]
+    return "\n".join(map(shown_error_line, kept))
 
 
 def _exact(arguments: str) -> Any:

@@ -50,7 +50,13 @@ from ctxwarden.pipeline.presets import (
 )
 from ctxwarden.pipeline.segments import SegmentCache, SegmentView, segment_view
 from ctxwarden.pipeline.state import Decision, SessionState
-from ctxwarden.signals import TextSearch, argument_error_lines, distinctive_set, error_lines
+from ctxwarden.signals import (
+    TextSearch,
+    argument_error_lines,
+    distinctive_set,
+    error_lines,
+    shown_error_line,
+)
 from ctxwarden.store.base import Store
 from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
@@ -510,7 +516,10 @@ class Condenser:
     ) -> bool:
         if segment.kind == "tool_args":
             kept = argument_error_lines(segment.text)
-            return not kept or kept <= argument_error_lines(rep.text)
+            if not kept:
+                return True
+            shown = argument_error_lines(rep.text)
+            return all(shown_error_line(e) in shown for e in kept)
         errors = error_lines(segment.text)
         if not errors:
             return True
@@ -519,7 +528,11 @@ class Condenser:
             witness = applied.get(rep.witness)
             witness_text = witness.text if witness else view.text(rep.witness)
         in_text, in_witness = TextSearch(rep.text), TextSearch(witness_text)
-        return all(e in in_text or e in in_witness for e in errors)
+        return all(
+            shown in in_text or e in in_witness or shown in in_witness
+            for e in errors
+            for shown in (shown_error_line(e),)
+        )
 
     def _sent_elements(
         self,
