@@ -94,3 +94,47 @@ def test_bands_are_monotonic(window: int, reserve: int, used: int) -> None:
     assert budget.soft_trigger <= budget.hard_trigger
     assert BANDS.index(budget.band(used)) <= BANDS.index(budget.band(used + 1000))
     assert budget.pressure(used) == used / max(1, window - reserve)
+
+
+def _chosen(**kw: int | None) -> Budget:
+    base: dict[str, int | None] = dict(
+        configured_window=None, configured_reserve=None, registry_window=None,
+        registry_reserve=None, observed_tokens=None, fallback_window=128_000,
+        fallback_reserve=4_096,
+    )  # fmt: skip
+    return make_budget(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_a_reserve_that_does_not_fit_the_window_is_cut_to_a_quarter() -> None:
+    """A small configured window with the model's registry reserve (16K of 8K) made
+    every request 'hard' and forced a step on each; so did a configured reserve past
+    the model's window."""
+    small = _chosen(configured_window=8_000, registry_window=200_000, registry_reserve=16_384)
+    assert (small.output_reserve, small.band(100)) == (2_000, "low")
+    past = _chosen(configured_reserve=500_000, registry_window=128_000, registry_reserve=16_384)
+    assert (past.output_reserve, past.window_source) == (32_000, "registry")
+    # a reserve that fits stays as given, a registry one for a configured window only
+    # while it leaves half of it
+    assert _chosen(configured_window=8_000, registry_reserve=4_000).output_reserve == 4_000
+    assert _chosen(configured_window=8_000, registry_reserve=4_001).output_reserve == 2_000
+    assert _chosen(configured_window=8_000, configured_reserve=7_000).output_reserve == 7_000
+    assert _chosen(registry_window=200_000, registry_reserve=128_000).output_reserve == 128_000
+
+
+@given(
+    st.one_of(st.none(), st.integers(1, 10**6)),
+    st.one_of(st.none(), st.integers(0, 10**6)),
+    st.one_of(st.none(), st.integers(1, 10**6)),
+    st.one_of(st.none(), st.integers(0, 10**6)),
+)
+def test_the_reserve_always_leaves_room_for_the_request(
+    window: int | None,
+    reserve: int | None,
+    registry_window: int | None,
+    registry_reserve: int | None,
+) -> None:
+    budget = _chosen(
+        configured_window=window, configured_reserve=reserve,
+        registry_window=registry_window, registry_reserve=registry_reserve,
+    )  # fmt: skip
+    assert budget.output_reserve < budget.context_window

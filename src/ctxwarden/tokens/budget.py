@@ -74,14 +74,27 @@ def make_budget(
     fallback_window: int,
     fallback_reserve: int,
 ) -> Budget:
-    """Choose the window by the documented order and build the budget."""
+    """Choose the window by the documented order and build the budget.
+
+    A reserve that does not fit the chosen window (the registry's reserve for a model
+    given a small window in the config, or a configured reserve past the model's
+    window) is cut to a quarter of the window: left as it is, every request would be
+    over the hard trigger and force a compaction step. A configured window keeps a
+    registry reserve only when it leaves at least half the window."""
     reserve = configured_reserve if configured_reserve is not None else registry_reserve
     if reserve is None:
         reserve = fallback_reserve
+    window: int
+    source: WindowSource
     if configured_window is not None:
-        return Budget(configured_window, reserve, "config")
-    if registry_window is not None:
-        return Budget(registry_window, reserve, "registry")
-    if observed_tokens is not None and observed_tokens > fallback_window:
-        return Budget(observed_tokens, reserve, "observed")
-    return Budget(fallback_window, reserve, "fallback")
+        window, source = configured_window, "config"
+    elif registry_window is not None:
+        window, source = registry_window, "registry"
+    elif observed_tokens is not None and observed_tokens > fallback_window:
+        window, source = observed_tokens, "observed"
+    else:
+        window, source = fallback_window, "fallback"
+    borrowed = configured_window is not None and configured_reserve is None
+    if reserve >= window or (borrowed and reserve > window // 2):
+        reserve = window // 4
+    return Budget(window, reserve, source)
