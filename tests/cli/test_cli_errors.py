@@ -174,7 +174,7 @@ def test_negative_values_are_refused(
 
 def test_a_negative_read_timeout_variable_is_refused() -> None:
     args = build_parser().parse_args(["serve"])
-    with pytest.raises(ConfigError, match="read_timeout"):
+    with pytest.raises(ConfigError, match="CTXWARDEN_READ_TIMEOUT"):
         settings_from_args(args, {"CTXWARDEN_READ_TIMEOUT": "-1"})
 
 

@@ -21,8 +21,8 @@ def test_serve_names_the_real_data_dir_default_and_no_none() -> None:
     text = _help("serve")
     assert "None]" not in text
     assert (
-        "--data-dir DATA_DIR store and secret directory [CTXWARDEN_DATA_DIR; default: the "
-        "config's data_dir, else $XDG_DATA_HOME/ctxwarden, else ~/.local/share/ctxwarden]"
+        "--data-dir DATA_DIR store and secret directory (default: the config's data_dir, "
+        "else $XDG_DATA_HOME/ctxwarden, else ~/.local/share/ctxwarden) [CTXWARDEN_DATA_DIR]"
     ) in text
     assert "[CTXWARDEN_ADMIN_TOKEN]" in text and "[CTXWARDEN_HOST; 127.0.0.1]" in text
 

@@ -51,7 +51,7 @@ async def test_upstream_down_is_502_in_each_apis_shape(make_proxy: ProxyFactory)
                 await ac.messages.create(model="claude-x", max_tokens=8,
                                          messages=[{"role": "user", "content": "hi"}])  # fmt: skip
         assert ae.value.status_code == 502
-        message = "upstream unavailable: ClientConnectorError"
+        message = f"upstream {dead.removeprefix('http://')} unavailable: ClientConnectorError"
         assert ae.value.body == {
             "type": "error",
             "error": {"type": "api_error", "message": message},

@@ -132,7 +132,8 @@ async def test_responses_recall_stripped_at_the_round_limit_is_answered_next_tur
         ref = _ref(proxy)
         proxy.fake.default = Reply(text="", tool_calls=[ToolCall(RECALL_TOOL_NAME, {"ref": ref})])
         async with openai_client(proxy) as c:
-            # a forced choice stays in the last round: the model calls recall again
+            # the fake calls recall even in the last round, which does not offer it (a
+            # model would call the client's tool): stripped, and answered next turn
             first = await c.responses.create(
                 model="gpt-4o", input=_prompt(ref), tools=RESPONSES_TOOLS, tool_choice="required"
             )

@@ -36,33 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
             import_module(name).register
         )
         register(sub)
-    _describe_later_defaults(sub)
     return parser
-
-
-_LATER_DEFAULT = "; None]"
-_SERVE_DATA_DIR_DEFAULT = (
-    "the config's data_dir, else $XDG_DATA_HOME/ctxwarden, else ~/.local/share/ctxwarden"
-)
-"""``serve`` reads ``$CTXWARDEN_DATA_DIR`` as its flag's variable, before the config."""
-
-
-def _describe_later_defaults(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``serve`` shows each option as ``[VARIABLE; default]``; for an option whose
-    default is decided later (``None``) that read ``[CTXWARDEN_DATA_DIR; None]``. Such
-    an option shows its variable alone, and ``--data-dir`` the directory it really
-    defaults to (its variable is read first, then the config's ``data_dir``).
-    A stopgap over the help text that ``ctxwarden.cli.serve`` renders: once it writes
-    these itself, this finds nothing to change."""
-    for parser in sub.choices.values():
-        for action in parser._actions:
-            if not (action.help and action.help.endswith(_LATER_DEFAULT)):
-                continue
-            head = action.help[: -len(_LATER_DEFAULT)]
-            if "--data-dir" in action.option_strings:
-                action.help = f"{head}; default: {_SERVE_DATA_DIR_DEFAULT}]"
-            else:
-                action.help = f"{head}]"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,10 @@
 Every ``serve`` option can also come from the environment: ``--openai-upstream`` is
 ``CTXWARDEN_OPENAI_UPSTREAM`` and so on (flag wins over variable, variable over the
 default). Other tools drive these flags: keep them stable.
+
+An error in an option's value (a :class:`ConfigError`) names it as the user gave it:
+the flag (``--canary-percent``) or the variable (``CTXWARDEN_CANARY_PERCENT``); so
+does an address the proxy or the fake cannot listen on (``--host``, ``--port``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,12 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--openai-upstream", "OpenAI origin", "https://api.openai.com"),
     ("--anthropic-upstream", "Anthropic origin", "https://api.anthropic.com"),
     ("--config", "TOML engine config file", None),
-    ("--data-dir", "store and secret directory", None),
+    (
+        "--data-dir",
+        "store and secret directory (default: the config's data_dir, else "
+        "$XDG_DATA_HOME/ctxwarden, else ~/.local/share/ctxwarden)",
+        None,
+    ),
     ("--mode", "active | shadow | exact (default: the config's mode)", None),
     ("--canary-percent", "share of sessions condensed in active mode (0-100)", 100.0),
     ("--admin-token", "enables the loopback kill-switch endpoint", None),
@@ -73,7 +82,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             flag,
             default=None,
             type=_SERVE_TYPES.get(flag, str),
-            help=f"{help_text} [{_env_name(flag)}; {default}]",
+            help=f"{help_text} [{_env_name(flag)}" + ("]" if default is None else f"; {default}]"),
         )
     p.add_argument(
         "--fake-upstream",
@@ -99,15 +108,22 @@ _NUMBERS_WITHOUT_DEFAULT: dict[str, type[int] | type[float]] = {
 """Number options whose default (``None``) is decided later, by the settings."""
 
 
+def _given_as(args: argparse.Namespace, flag: str, env: Mapping[str, str]) -> str:
+    """How the user gave ``flag``'s value: the flag itself, else its variable when set,
+    else the flag (its default was used)."""
+    if getattr(args, flag.lstrip("-").replace("-", "_"), None) is not None:
+        return flag
+    return _env_name(flag) if env.get(_env_name(flag)) is not None else flag
+
+
 def _option(args: argparse.Namespace, flag: str, default: Any, env: dict[str, str]) -> Any:
     """The flag's value, else its variable's, else ``default``; a number where the
     default is one or the option is one of :data:`_NUMBERS_WITHOUT_DEFAULT` (a
     :class:`ConfigError` names the flag or the variable it came from)."""
-    where = flag.lstrip("-")
-    value = getattr(args, where.replace("-", "_"), None)
+    where = _given_as(args, flag, env)
+    value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
     if value is None:
-        where = _env_name(flag)
-        value = env.get(where)
+        value = env.get(_env_name(flag))
     if value is None:
         return default
     kind = _NUMBERS_WITHOUT_DEFAULT.get(flag)
@@ -136,27 +152,37 @@ def settings_from_args(
         )
     timeout = values["--read-timeout"]
     if not (math.isfinite(timeout) and timeout > 0):  # the flag's is checked when parsed
-        raise ConfigError(f"{timeout} is not a number of seconds above 0", "read_timeout")
-    settings = ProxySettings(
-        host=values["--host"],
-        port=values["--port"],
-        openai_upstream=values["--openai-upstream"],
-        anthropic_upstream=values["--anthropic-upstream"],
-        mode=values["--mode"],
-        canary_percent=values["--canary-percent"],
-        admin_token=values["--admin-token"],
-        data_dir=values["--data-dir"],
-        read_timeout=values["--read-timeout"],
-        max_body_bytes=values["--max-body-bytes"],
-        max_owed_body_bytes=values["--max-owed-body-bytes"],
-        max_owed_held_bytes=values["--max-owed-held-bytes"],
-        max_engine_wait=values["--max-engine-wait"],
-        gc_interval=values["--gc-interval"],
-        memo_mb=values["--memo-mb"],
-    )
+        raise ConfigError(
+            f"{timeout} is not a number of seconds above 0", _given_as(args, "--read-timeout", env)
+        )
+    try:
+        settings = ProxySettings(
+            host=values["--host"],
+            port=values["--port"],
+            openai_upstream=values["--openai-upstream"],
+            anthropic_upstream=values["--anthropic-upstream"],
+            mode=values["--mode"],
+            canary_percent=values["--canary-percent"],
+            admin_token=values["--admin-token"],
+            data_dir=values["--data-dir"],
+            read_timeout=values["--read-timeout"],
+            max_body_bytes=values["--max-body-bytes"],
+            max_owed_body_bytes=values["--max-owed-body-bytes"],
+            max_owed_held_bytes=values["--max-owed-held-bytes"],
+            max_engine_wait=values["--max-engine-wait"],
+            gc_interval=values["--gc-interval"],
+            memo_mb=values["--memo-mb"],
+        )
+    except ConfigError as exc:  # named by the setting: name what the user typed
+        flag = "--" + exc.key.replace("_", "-")
+        if flag not in values:
+            raise
+        raise ConfigError(exc.reason, _given_as(args, flag, env)) from None
     level = str(values["--log-level"]).lower()
     if level not in ("debug", "info", "warning", "error"):
-        raise ConfigError(f"{level!r} is not debug, info, warning or error", "log_level")
+        raise ConfigError(
+            f"{level!r} is not debug, info, warning or error", _given_as(args, "--log-level", env)
+        )
     return settings, config, level
 
 
@@ -178,6 +204,7 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
 def _serve(args: argparse.Namespace) -> int:
     from ctxwarden.engine import Engine
     from ctxwarden.proxy import build_app, serve_forever
+    from ctxwarden.proxy.listen import ListenError
     from ctxwarden.telemetry import configure_json_logging
 
     settings, config, level = settings_from_args(args)
@@ -186,6 +213,8 @@ def _serve(args: argparse.Namespace) -> int:
     engine = Engine(config)
     try:
         asyncio.run(_run_proxy(engine, settings, build_app, serve_forever, with_fake))
+    except ListenError as exc:  # the proxy's own address (the fake's is named below)
+        raise ConfigError(str(exc), _given_as(args, f"--{exc.option}", os.environ)) from exc
     finally:
         engine.close()
     return 0
@@ -198,8 +227,12 @@ async def _run_proxy(
     fake = None
     if with_fake:
         from ctxwarden.proxy.fake_upstream import LONG_RUNNING_RECEIVED, FakeUpstream
+        from ctxwarden.proxy.listen import ListenError
 
-        fake = await FakeUpstream(keep_received=LONG_RUNNING_RECEIVED).start("127.0.0.1", 0)
+        try:
+            fake = await FakeUpstream(keep_received=LONG_RUNNING_RECEIVED).start("127.0.0.1", 0)
+        except ListenError as exc:
+            raise ConfigError(f"the fake upstream {exc}", "--fake-upstream") from exc
         settings = dataclasses.replace(
             settings, openai_upstream=fake.url, anthropic_upstream=fake.url
         )
@@ -224,16 +257,25 @@ def _tcp_port(text: str, key: str) -> int:
 
 def _fake_upstream(args: argparse.Namespace) -> int:
     from ctxwarden.proxy.fake_upstream import run_fake_upstream
+    from ctxwarden.proxy.listen import ListenError
 
     host = args.host if args.host is not None else os.environ.get("CTXWARDEN_FAKE_HOST")
     if args.port is not None:
-        port = _tcp_port(args.port, "port")
+        port = _tcp_port(args.port, "--port")
     else:
         port = _tcp_port(
             os.environ.get("CTXWARDEN_FAKE_PORT", str(_FAKE_PORT)), "CTXWARDEN_FAKE_PORT"
         )
+    given = {  # how the address was given: the flag, else its variable (the default: the flag)
+        "host": "CTXWARDEN_FAKE_HOST" if args.host is None and host else "--host",
+        "port": "CTXWARDEN_FAKE_PORT"
+        if args.port is None and "CTXWARDEN_FAKE_PORT" in os.environ
+        else "--port",
+    }
     try:
         asyncio.run(run_fake_upstream(host or "127.0.0.1", port, args.text))
+    except ListenError as exc:
+        raise ConfigError(str(exc), given[exc.option]) from exc
     except KeyboardInterrupt:
         return 0
     return 0

@@ -8,7 +8,7 @@ Streaming counterparts live in :mod:`ctxwarden.proxy.stream_filters`; both share
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ctxwarden.proxy.recall import (
     RECALL_TOOL_NAME,
@@ -19,7 +19,7 @@ from ctxwarden.proxy.recall import (
     tool_parameters,
 )
 
-__all__ = ["DIALECTS", "MAX_TOOLS", "Dialect"]
+__all__ = ["DIALECTS", "MAX_TOOLS", "ChoiceKind", "Dialect", "choice_kind", "own_tools"]
 
 _CLIENT_ACTION_ITEMS = frozenset(
     {"function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call",
@@ -36,7 +36,10 @@ class Dialect(Protocol):
     """Recall mechanics of one API (see module docstring)."""
 
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None: ...
-    def last_round(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def last_round(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The last round the limit allows, offering no recall call (:func:`_last_round`)."""
+        ...
+
     def find_calls(self, response: dict[str, Any]) -> RoundResult: ...
     def continuation(
         self, request: dict[str, Any], result: RoundResult, answers: list[RecallAnswer]
@@ -50,20 +53,82 @@ def _tools(request: dict[str, Any]) -> list[Any] | None:
     return tools if isinstance(tools, list) else None
 
 
-def _no_tool_calls(request: dict[str, Any], none: Any) -> dict[str, Any]:
-    """``request`` with ``tool_choice`` set to ``none`` (the API's "call no tool") when the
-    client left the choice to the model; a choice the client forced stays."""
-    choice = request.get("tool_choice")
-    automatic = (
-        choice is None
-        or choice == "auto"
-        or (isinstance(choice, dict) and choice.get("type") == "auto")
-    )
-    if not automatic:
+ChoiceKind = Literal["auto", "none", "any", "client", "ours"]
+"""What a request's ``tool_choice`` lets the model call (:func:`choice_kind`)."""
+
+
+def choice_kind(choice: Any) -> ChoiceKind:
+    """What ``tool_choice`` (any of the three APIs' shapes) lets the model call:
+
+    - ``"auto"``: any tool offered, or none (absent, ``"auto"``, ``{"type": "auto"}``
+      with or without ``disable_parallel_tool_use``);
+    - ``"none"``: no tool (``"none"``, ``{"type": "none"}``);
+    - ``"any"``: some tool it must call, the recall tool included when offered
+      (``"required"``, Anthropic's ``{"type": "any"}``; a string no API defines too,
+      the cautious reading);
+    - ``"client"``: only tools the client names, never ours: one function or custom
+      tool (Chat ``{"type": "function", "function": {"name": ...}}``, Responses
+      ``{"type": "function", "name": ...}``, Anthropic ``{"type": "tool", "name": ...}``),
+      a hosted or MCP tool (Responses), or a list of allowed tools (Chat and Responses
+      ``allowed_tools``, in either mode);
+    - ``"ours"``: a choice that names the recall tool itself (the client cannot mean
+      the proxy's tool: its request goes as sent, for the upstream to judge)."""
+    if choice is None or choice == "auto":
+        return "auto"
+    if choice == "none":
+        return "none"
+    if not isinstance(choice, dict):
+        return "any"
+    kind = choice.get("type")
+    if kind == "auto":
+        return "auto"
+    if kind == "none":
+        return "none"
+    if kind == "any" or not isinstance(kind, str):
+        return "any"
+    if RECALL_TOOL_NAME in _named(choice):
+        return "ours"
+    return "client"
+
+
+def _named(choice: dict[str, Any]) -> set[Any]:
+    """The tool names a ``tool_choice`` object names (one tool, or a list allowed)."""
+    allowed = choice.get("allowed_tools")  # Chat nests the list; Responses does not
+    listed = allowed.get("tools") if isinstance(allowed, dict) else choice.get("tools")
+    tools = [choice, *(listed if isinstance(listed, list) else ())]
+    return {name for tool in tools if isinstance(tool, dict) for name in _names_of(tool)}
+
+
+def _names_of(tool: dict[str, Any]) -> list[Any]:
+    """The name a tool (or a choice of one) gives, at the top or in its ``function`` /
+    ``custom`` object."""
+    inner = [tool.get(key) for key in ("function", "custom")]
+    return [tool.get("name"), *(i.get("name") for i in inner if isinstance(i, dict))]
+
+
+def own_tools(request: dict[str, Any]) -> bool:
+    """Whether ``request`` offers a tool of the client's own (any tool but ours)."""
+    tools = _tools(request) or []
+    return any(not (_is_recall_tool(t) or _is_chat_recall_tool(t)) for t in tools)
+
+
+def _last_round(request: dict[str, Any], none: Any) -> dict[str, Any]:
+    """The last round the limit allows, where a recall call could only be stripped
+    (leaving the client an empty turn): a choice the client left to the model
+    becomes ``none`` (the API's "call no tool"), so the model answers; a forced one
+    ("call some tool") stays, and the round goes without the recall tool, so the model
+    calls one of the client's own. A choice the recall tool is outside of (none, one
+    of the client's tools) needs nothing: the tool list stays as it was."""
+    kind = choice_kind(request.get("tool_choice"))
+    if kind == "auto":
+        # nothing of the client's choice is kept: Anthropic's {"type": "none"} takes no
+        # other key (disable_parallel_tool_use would make the round a 400)
+        return {**request, "tool_choice": none}
+    tools = _tools(request)
+    if kind != "any" or not tools:
         return request
-    # nothing of the client's choice is kept: Anthropic's {"type": "none"} takes no
-    # other key (disable_parallel_tool_use would make the round a 400)
-    return {**request, "tool_choice": none}
+    kept = [t for t in tools if not (_is_recall_tool(t) or _is_chat_recall_tool(t))]
+    return request if len(kept) == len(tools) else {**request, "tools": kept}
 
 
 def _append_named_tool(
@@ -83,6 +148,12 @@ def _append_named_tool(
 def _is_recall_tool(tool: Any) -> bool:
     """A tool named at the top level (Responses, Messages) that is ours."""
     return isinstance(tool, dict) and tool.get("name") == RECALL_TOOL_NAME
+
+
+def _is_chat_recall_tool(tool: Any) -> bool:
+    """A Chat tool (named in its ``function``) that is ours."""
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    return isinstance(fn, dict) and fn.get("name") == RECALL_TOOL_NAME
 
 
 def _no_echo(response: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any] | None:
@@ -121,16 +192,14 @@ class ChatDialect:
             return None
         if "prediction" in request or len(tools) >= MAX_TOOLS:
             return None
-        for tool in tools:
-            fn = tool.get("function") if isinstance(tool, dict) else None
-            if isinstance(fn, dict) and fn.get("name") == RECALL_TOOL_NAME:
-                return None
+        if any(_is_chat_recall_tool(tool) for tool in tools):
+            return None
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "parameters": tool_parameters}  # fmt: skip
         return {**request, "tools": [*tools, {"type": "function", "function": spec}]}
 
     def last_round(self, request: dict[str, Any]) -> dict[str, Any]:
-        return _no_tool_calls(request, "none")
+        return _last_round(request, "none")
 
     def find_calls(self, response: dict[str, Any]) -> RoundResult:
         choices = response.get("choices")
@@ -197,7 +266,7 @@ class ResponsesDialect:
         return _append_named_tool(request, spec, limit=MAX_TOOLS)
 
     def last_round(self, request: dict[str, Any]) -> dict[str, Any]:
-        return _no_tool_calls(request, "none")
+        return _last_round(request, "none")
 
     def find_calls(self, response: dict[str, Any]) -> RoundResult:
         output = response.get("output")
@@ -262,7 +331,7 @@ class MessagesDialect:
         return _append_named_tool(request, spec)
 
     def last_round(self, request: dict[str, Any]) -> dict[str, Any]:
-        return _no_tool_calls(request, {"type": "none"})
+        return _last_round(request, {"type": "none"})
 
     def find_calls(self, response: dict[str, Any]) -> RoundResult:
         content = response.get("content")

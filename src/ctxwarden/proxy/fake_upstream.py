@@ -13,6 +13,12 @@ check exactly what arrived; a long-running fake (``ctxwarden fake-upstream``,
         ...  # point a client (or the proxy) at fake.url
         assert fake.received[-1].json()["messages"][-1]["role"] == "tool"
 
+A reply can also be a function of the request (its parsed JSON body, ``None`` when it
+is not JSON) returning the :class:`Reply`, a stand-in for a model that reads what it
+is offered (``tools``, ``tool_choice``)::
+
+    fake.default = lambda body: Reply(text="", tool_calls=[ToolCall(first_tool(body))])
+
 Faults: ``status``/``error`` (an error in the API's own shape), ``delay`` (before
 headers, for timeouts), ``chunk_delay`` (slow streams, for disconnects).
 
@@ -30,6 +36,7 @@ import asyncio
 import itertools
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -38,9 +45,10 @@ import orjson
 from aiohttp import web
 
 from ctxwarden.proxy import fake_events
+from ctxwarden.proxy.listen import start_site
 from ctxwarden.proxy.shapes import Family, error_body
 
-__all__ = ["FakeUpstream", "Received", "Reply", "ToolCall"]
+__all__ = ["FakeUpstream", "Received", "Reply", "Responder", "ToolCall"]
 
 
 _STORED_RESPONSES = 1000
@@ -74,6 +82,10 @@ class Reply:
     completion_tokens: int = 7
 
 
+Responder = Callable[[Any], Reply]
+"""A reply decided per request: called with its parsed JSON body (``None``: not JSON)."""
+
+
 @dataclass(slots=True)
 class Received:
     """One request as it arrived; ``finished`` is false when the client went away."""
@@ -97,12 +109,13 @@ class FakeUpstream:
     ``keep_received`` when that is given (a fake serving for hours stays bounded)."""
 
     def __init__(
-        self, *replies: Reply, default: Reply | None = None, keep_received: int | None = None
-    ) -> None:
+        self, *replies: Reply | Responder, default: Reply | Responder | None = None,
+        keep_received: int | None = None,
+    ) -> None:  # fmt: skip
         if keep_received is not None and keep_received < 0:
             raise ValueError(f"keep_received must be >= 0, not {keep_received}")
-        self.queue: deque[Reply] = deque(replies)
-        self.default = default or Reply()
+        self.queue: deque[Reply | Responder] = deque(replies)
+        self.default: Reply | Responder = default or Reply()
         self.keep_received = keep_received
         self.received: list[Received] = []
         self.stored: dict[str, list[Any]] = {}
@@ -112,8 +125,9 @@ class FakeUpstream:
         self.host = "127.0.0.1"
         self.port = 0
 
-    def script(self, *replies: Reply) -> None:
-        """Queue replies; each request takes the next one (then the default)."""
+    def script(self, *replies: Reply | Responder) -> None:
+        """Queue replies (or responders); each request takes the next one (then the
+        default)."""
         self.queue.extend(replies)
 
     @property
@@ -142,7 +156,11 @@ class FakeUpstream:
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
-        await site.start()
+        try:
+            await start_site(site, host, port)  # a ListenError names the address
+        except BaseException:
+            await self.stop()
+            raise
         sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else port
         return self
@@ -180,7 +198,8 @@ class FakeUpstream:
     def _generate(self, api: str) -> Any:
         async def handler(request: web.Request) -> web.StreamResponse:
             item = await self._record(request)
-            reply = self.queue.popleft() if self.queue else self.default
+            given = self.queue.popleft() if self.queue else self.default
+            reply = given if isinstance(given, Reply) else given(_loads(item.body))
             try:
                 if reply.delay:
                     await asyncio.sleep(reply.delay)

@@ -15,7 +15,8 @@ the engine thread (a request it has not started within ``max_engine_wait`` goes 
 it came: :mod:`.engine_wait`), send the rewrite in active mode or the original bytes in shadow /
 canary-out / fallback -> offer the recall tool when the outgoing request holds
 references or offers tools of its own (an agent: from its first turn, so its tool list
-never changes) -> relay. Any failure of ctxwarden itself sends the original bytes; only
+never changes; :func:`_offers_recall` for each ``tool_choice``) -> relay. Any failure
+of ctxwarden itself sends the original bytes; only
 the upstream decides whether a request fails. The one exception to "the original
 bytes": a Responses request continuing a stored response that still owes recall
 answers gets them before its input on every path that can read its body, exact mode
@@ -52,7 +53,7 @@ from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import Mode
 from ctxwarden.errors import MalformedRequest
 from ctxwarden.proxy.bodies import DecodedBody
-from ctxwarden.proxy.dialects import DIALECTS
+from ctxwarden.proxy.dialects import DIALECTS, choice_kind, own_tools
 from ctxwarden.proxy.engine_wait import run_within
 from ctxwarden.proxy.owed import (
     may_name_previous,
@@ -154,11 +155,11 @@ async def _run(
         return response
     except UpstreamTimeout as exc:
         status = 504
-        record.set(error_type=type(exc).__name__)
+        record.upstream_failed(type(exc).__name__)
         return _error(family, 504, str(exc))
     except UpstreamUnavailable as exc:
         status = 502
-        record.set(error_type=type(exc).__name__)
+        record.upstream_failed(type(exc).__name__)
         return _error(family, 502, str(exc))
     except ClientGone:
         record.set(client_disconnected=True)
@@ -336,8 +337,7 @@ async def _condense_one(
             _refused(record, exc.decision, "malformed_request", exc.error.pointer)
             return _error(family, 400, f"malformed request: {exc.error}", param=exc.error.pointer)
         # shadow (a canary-out session too) is transparent: the upstream judges it
-        where = f"malformed request at {exc.error.pointer or '/'}"
-        ran, outcome = True, (exc.decision, None, where)
+        ran, outcome = True, (exc.decision, None, _malformed_at(exc))
     if ran and outcome is not None:
         decision, result, failure = outcome  # a result, or a failure that says why not
     else:  # the engine thread is behind: sent uncondensed
@@ -382,7 +382,7 @@ async def _condense_one(
     if (
         decision.mode == "active"
         and state.settings.max_recall_rounds
-        and (REF_BYTES.search(out) or _uses_tools(outgoing))
+        and _offers_recall(outgoing, REF_BYTES.search(out) is not None)
     ):
         injected = DIALECTS[api].inject(outgoing)
         if injected is not None:
@@ -526,8 +526,22 @@ def _note_load_limit(record: RequestRecord, limit: str) -> None:
 
 
 def _note_failure(record: RequestRecord, failure: str | None) -> None:
-    record.level = "error"
+    """A request sent without its condense: at error when ctxwarden failed; at warning
+    when the request was malformed (:func:`_malformed_at`; the client's fault, relayed
+    for the upstream to judge)."""
+    if failure is not None and failure.startswith(_MALFORMED):
+        record.at_least("warning")
+    else:
+        record.level = "error"
     record.set(fallback_reason=f"proxy: {failure}", fallbacks=1)
+
+
+_MALFORMED = "malformed request at "
+
+
+def _malformed_at(exc: _Malformed) -> str:
+    """The failure a malformed request relayed as sent is noted with (where, no contents)."""
+    return f"{_MALFORMED}{exc.error.pointer or '/'}"
 
 
 SHADOW_BACKLOG = 64
@@ -591,10 +605,7 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
                 job.session, job.wanted, job.server_mode, job.tenant, job.decision,
             )  # fmt: skip
         except _Malformed as exc:  # forwarded as sent: the upstream judges it
-            ran, outcome = (
-                True,
-                (exc.decision, None, f"malformed request at {exc.error.pointer or '/'}"),
-            )
+            ran, outcome = True, (exc.decision, None, _malformed_at(exc))
         if not ran or outcome is None:
             _note_load_limit(record, f"engine thread busy for over {wait:g} s")
             return
@@ -612,18 +623,25 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
         _note_failure(record, type(exc).__name__)
 
 
-def _uses_tools(request: dict[str, Any]) -> bool:
-    """An agent's request (it offers tools): it gets the recall tool from its first turn
-    on, references or not, so its tool list (the start of the cached prompt) never
-    changes mid-session; a step then re-sends only what it rewrote, not the whole
-    prompt. Requests without tools get it only once they hold references, and so do
-    requests that force a tool call (the model could meet "call a tool" with ours)."""
-    tools = request.get("tools")
-    choice = request.get("tool_choice")
-    forced = choice in ("required", "any") or (
-        isinstance(choice, dict) and choice.get("type") not in (None, "auto", "none")
-    )
-    return isinstance(tools, list) and bool(tools) and not forced
+def _offers_recall(request: dict[str, Any], references: bool) -> bool:
+    """Whether the recall tool goes with ``request`` (``references``: it holds some).
+
+    An agent's request (it offers tools of its own) gets it from its first turn on,
+    references or not, so its tool list (the start of the cached prompt) never changes
+    mid-session; a step then re-sends only what it rewrote, not the whole prompt. So
+    does one whose ``tool_choice`` leaves our tool out (``none``, or one or more of the
+    client's tools named: the model cannot call it there, and the list stays). Other
+    requests get it only once they hold references, and so do requests that force
+    some tool call (``required``, Anthropic's ``any``: the model could meet "call a
+    tool" with ours), then only next to a tool of the client's own, which the last
+    round the limit allows is left with (:meth:`~.dialects.Dialect.last_round`). A
+    choice naming the recall tool itself never gets it (the upstream judges)."""
+    kind = choice_kind(request.get("tool_choice"))
+    if kind == "ours":
+        return False
+    if kind == "any":
+        return references and own_tools(request)
+    return references or own_tools(request)
 
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"

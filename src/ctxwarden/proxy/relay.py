@@ -10,9 +10,12 @@ Contract:
   connection. Usage is sniffed from SSE events on the side, without delaying them.
 - Recall loop: see :mod:`ctxwarden.proxy.recall`. Non-streamed answers are read,
   recall calls answered and continuations sent until the model answers without the
-  tool. The last round the limit allows asks for no tool call (``tool_choice`` none,
-  unless the client forced a choice), so the model answers; a recall call made anyway
-  is stripped. Streams
+  tool. The last round the limit allows asks for no tool call (``tool_choice`` none)
+  when the client left the choice to the model, so the model answers; when the client
+  forced some tool call (``required``, Anthropic's ``any``) it goes without the recall
+  tool, so the model calls one of the client's own and a forced request never ends
+  with neither content nor a call (:meth:`~.dialects.Dialect.last_round`); a recall
+  call made anyway is stripped. Streams
   go through a :class:`~ctxwarden.proxy.stream_filters.StreamFilter`. Usage is
   summed over the rounds (each round is billed).
 - A failure nobody has seen yet passes through: a continuation the upstream refuses
@@ -216,7 +219,7 @@ async def relay(
                         ex.answered(found)
                 await _write(out, chunk)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            error = translate_read_error(exc)
+            error = translate_read_error(exc, upstream.url)
             record.set(error_type=type(error).__name__)
             record.add_upstream(time.perf_counter() - started)
             record.cut(504 if isinstance(error, UpstreamTimeout) else 502)
@@ -257,7 +260,7 @@ async def _read(upstream: aiohttp.ClientResponse) -> bytes:
     try:
         return await upstream.read()
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise translate_read_error(exc) from exc
+        raise translate_read_error(exc, upstream.url) from exc
 
 
 def _loads(data: bytes) -> Any:
@@ -350,9 +353,9 @@ def _continuation(
     dialect: Dialect, request: dict[str, Any], result: RoundResult,
     answers: list[RecallAnswer], rounds: int, state: ProxyState,
 ) -> dict[str, Any]:  # fmt: skip
-    """The next round's request; the last round the limit allows asks for no tool call,
-    so the model answers (a recall call there could only be stripped, leaving the
-    client an empty turn)."""
+    """The next round's request; the last round the limit allows offers no recall call
+    (:meth:`~.dialects.Dialect.last_round`: one there could only be stripped, leaving
+    the client an empty turn)."""
     request = dialect.continuation(request, result, answers)
     if rounds + 1 >= state.settings.max_recall_rounds:
         request = dialect.last_round(request)
@@ -521,6 +524,6 @@ async def _pump(
         for event in splitter.flush():
             await _write(out, b"".join(flt.process(event)))
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise translate_read_error(exc) from exc
+        raise translate_read_error(exc, upstream.url) from exc
     finally:
         usage.round_done(record.usage)

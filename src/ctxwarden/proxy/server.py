@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
+from ctxwarden.proxy.listen import start_site
 from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.state import STATE
 
@@ -46,12 +47,13 @@ class RunningServer:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> RunningServer:
-        """Start the app and listen; when binding fails (a port in use) the app's
-        startup is undone (its upstream client closed) before the error propagates."""
+        """Start the app and listen; when binding fails (a port in use, a host that
+        does not resolve) the app's startup is undone (its upstream client closed)
+        before a :class:`~.listen.ListenError` naming the address propagates."""
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.host, self.port, backlog=1024)
         try:
-            await site.start()
+            await start_site(site, self.host, self.port)
         except BaseException:
             await self.runner.cleanup()
             raise
@@ -96,7 +98,7 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
     try:
         state = app[STATE]
         s = state.settings
-        _log.warning(  # at warning: shown at every log level
+        _log.info(  # shown by ``serve``'s default --log-level (info)
             "ctxwarden proxy listening on %s (OpenAI upstream %s, Anthropic upstream %s, "
             "mode %s)", server.url, _without_credentials(s.openai_upstream),
             _without_credentials(s.anthropic_upstream), s.mode or state.engine.config.mode,

@@ -222,6 +222,10 @@ class ProxyState:
 STATE = web.AppKey("ctxwarden_state", ProxyState)
 
 
+_LEVELS = ("info", "warning", "error")
+"""The levels of a request's event, lowest first."""
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """Counters of one request; :meth:`event` turns them into the telemetry event.
@@ -248,12 +252,24 @@ class RequestRecord:
     def set(self, **values: Any) -> None:
         self.fields.update(values)
 
+    def at_least(self, level: str) -> None:
+        """Raise the event's level to ``level`` (never lower it)."""
+        if _LEVELS.index(level) > _LEVELS.index(self.level):
+            self.level = level
+
+    def upstream_failed(self, error_type: str) -> None:
+        """The upstream failed (no answer, a stall, a cut): at warning, an upstream
+        fault and not ctxwarden's, whether the answer had started or not."""
+        self.set(error_type=error_type)
+        self.at_least("warning")
+
     def cut(self, status: int) -> None:
         """The response started as a success and was then cut off by an upstream
         failure: the event and metrics count it as ``status`` (what the upstream
-        failure would have been answered with), marked ``stream_cut``."""
+        failure would have been answered with), marked ``stream_cut``, at warning as
+        an upstream failure before the answer started is."""
         self.cut_status = status
-        self.level = "error"
+        self.at_least("warning")
         self.fields["stream_cut"] = True
 
     def headers_in(self, seconds: float) -> None:

@@ -16,13 +16,16 @@ Contract:
 - A request body is ``bytes``, an async iterable of chunks (streamed, never held
   whole) or ``None``.
 - aiohttp errors are translated where they enter: :class:`UpstreamTimeout` (the
-  proxy answers 504) and :class:`UpstreamUnavailable` (502), both ``from`` the cause.
+  proxy answers 504) and :class:`UpstreamUnavailable` (502), both ``from`` the cause,
+  their message naming the upstream by its host and port only (:func:`upstream_name`:
+  never a user name, password, path or query, where gateways put keys).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -39,6 +42,7 @@ __all__ = [
     "request_headers",
     "response_headers",
     "translate_read_error",
+    "upstream_name",
 ]
 
 HOP_BY_HOP = frozenset(
@@ -142,9 +146,13 @@ class Upstream:
                 method, url, headers=sent, data=body, allow_redirects=False
             )
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream did not answer within {self._limit()}") from exc
+            raise UpstreamTimeout(
+                f"upstream {upstream_name(url)} did not answer within {self._limit()}"
+            ) from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamUnavailable(f"upstream unavailable: {type(exc).__name__}") from exc
+            raise UpstreamUnavailable(
+                f"upstream {upstream_name(url)} unavailable: {type(exc).__name__}"
+            ) from exc
         try:
             yield response
         finally:
@@ -160,8 +168,23 @@ class Upstream:
         await self.session.close()
 
 
-def translate_read_error(exc: BaseException) -> UpstreamError:
-    """Map an error raised while reading a response body."""
+def translate_read_error(exc: BaseException, url: object = None) -> UpstreamError:
+    """Map an error raised while reading a response body (``url``: the request's,
+    for the upstream's name)."""
+    where = "upstream" if url is None else f"upstream {upstream_name(str(url))}"
     if isinstance(exc, TimeoutError):
-        return UpstreamTimeout("upstream stalled while sending the body")
-    return UpstreamUnavailable(f"upstream body failed: {type(exc).__name__}")
+        return UpstreamTimeout(f"{where} stalled while sending the body")
+    return UpstreamUnavailable(f"{where} body failed: {type(exc).__name__}")
+
+
+def upstream_name(url: str) -> str:
+    """The upstream ``url`` goes to, for an error message: its host and port, never a
+    user name, password, path or query (where gateways put keys); never raises."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        port = parts.port
+    except ValueError:
+        return "<unreadable url>"
+    name = f"[{host}]" if ":" in host else host
+    return name if port is None else f"{name}:{port}"
