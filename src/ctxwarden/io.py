@@ -262,15 +262,20 @@ def _session_of(obj: Any, source: str | Path) -> Session:
     if isinstance(obj, list):
         if not obj:
             raise ReplayError(f"{source}: not a session (an empty list, no messages)")
-        for i, item in enumerate(obj):
-            if not isinstance(item, dict):
-                raise ReplayError(
-                    f"{source}: not a session (a list, but item {i} is "
-                    f"{_json_kind(item)}, not a message object)"
-                )
+        _check_messages(obj, source, "a list")
         return Session(id=Path(str(source)).name, model=None, messages=obj)
     if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
         raise ReplayError(f"{source}: not a session (no messages list)")
+    _check_messages(obj["messages"], source, "messages")
+    for key, kinds, what in (
+        ("model", (str,), "a string"),
+        ("id", (str, int), "a string"),
+        ("source", (str,), "a string"),
+        ("tools", (list,), "an array"),
+    ):
+        value = obj.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            raise ReplayError(f"{source}: not a session ({key} is {_json_kind(value)}, not {what})")
     return Session(
         id=str(obj.get("id") or Path(str(source)).name),
         model=obj.get("model"),
@@ -278,6 +283,16 @@ def _session_of(obj: Any, source: str | Path) -> Session:
         tools=obj.get("tools"),
         source=str(obj.get("source", "")),
     )
+
+
+def _check_messages(items: list[Any], source: str | Path, what: str) -> None:
+    """A :class:`ReplayError` naming the first item of ``items`` that is no object."""
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ReplayError(
+                f"{source}: not a session ({what}, but item {i} is "
+                f"{_json_kind(item)}, not a message object)"
+            )
 
 
 def _json_kind(value: Any) -> str:

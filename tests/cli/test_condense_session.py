@@ -87,3 +87,12 @@ def test_the_memory_store_is_refused(
     # exact mode writes no reference: allowed
     assert main(["condense", str(request_file), "--config", str(config), "--mode", "exact"]) == 0
     assert orjson.loads(capsys.readouterr().out) == orjson.loads(request_file.read_bytes())
+
+
+def test_shadow_mode_with_the_memory_store_prints_the_original(
+    capsys: pytest.CaptureFixture[str], request_file: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "mem.toml"
+    config.write_text('[store]\nbackend = "memory"\n')
+    assert main(["condense", str(request_file), "--config", str(config), "--mode", "shadow"]) == 0
+    assert orjson.loads(capsys.readouterr().out) == orjson.loads(request_file.read_bytes())

@@ -76,3 +76,30 @@ def test_tenant_and_credential_exclude_each_other(capsys: pytest.CaptureFixture[
         main(["recall", "cw:5f3a9c21e0b4", "--tenant", "t", "--credential-env", "K"])
     assert info.value.code == 2
     assert "not allowed with" in capsys.readouterr().err
+
+
+def test_the_proxys_layout_with_a_store_file_in_the_config_works(
+    proxy_dir: tuple[Path, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """``serve --config C --data-dir D`` where C names the store file: --data-dir then
+    names the secret's directory (not a second store)."""
+    folder, ref = proxy_dir
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'[store]\npath = "{folder / "store.sqlite3"}"\n')
+    monkeypatch.setenv("CLIENT_KEY", "Bearer sk-client-1")  # as the header carries it
+    argv = ["recall", ref, "--config", str(config), "--data-dir", str(folder)]
+    assert main([*argv, "--credential-env", "CLIENT_KEY"]) == 0
+    assert capsys.readouterr().out == ORIGINAL + "\n"
+
+
+def test_a_key_given_instead_of_a_variable_name_is_not_echoed(
+    proxy_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, ref = proxy_dir
+    argv = ["recall", ref, "--data-dir", str(folder), "--credential-env", "sk-live-abc.123"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "not an environment variable name" in err and "sk-live" not in err

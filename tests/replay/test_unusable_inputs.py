@@ -83,3 +83,23 @@ def test_an_input_of_no_turn_is_not_an_error(
     assert sum(s["requests"] for s in subject["sessions"]) == len(
         [m for m in tool_session()[1:] if m["role"] == "assistant"]
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"messages": [1, 2, 3]}', "messages, but item 0 is a number"),
+        ('{"model": 5, "messages": [{"role": "user", "content": "x"}]}', "model is a number"),
+        ('{"tools": {}, "messages": [{"role": "user", "content": "x"}]}', "tools is an object"),
+    ],
+)
+def test_a_session_object_with_values_of_the_wrong_type_is_not_a_session(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """A non-string model crashed the whole replay with a traceback (exit 1, the gate
+    status); now the file is refused by name like any unusable input."""
+    path = tmp_path / "s.json"
+    path.write_text(text)
+    with pytest.raises(ReplayError, match=r"s\.json: not a session") as info:
+        load_session(path)
+    assert message in str(info.value)

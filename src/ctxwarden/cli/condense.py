@@ -67,7 +67,7 @@ def _condense(args: argparse.Namespace) -> int:
     # [store] table) is an error here, where the engine would fall back silently
     engine = engine_from_args(args, open_store=True)
     try:
-        if engine.config.store.backend == "memory" and engine.config.mode != "exact":
+        if engine.config.store.backend == "memory" and engine.config.mode == "active":
             raise ConfigError(
                 "the memory store keeps the originals only while this process runs: the "
                 "printed references could never be recalled (use sqlite, the default, or "

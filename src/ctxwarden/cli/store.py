@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,7 +82,8 @@ def _add_store_options(parser: argparse.ArgumentParser) -> None:
 @contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
     config = load_config(args.config) if args.config else EngineConfig()
-    if args.data_dir and config.store.backend == "sqlite" and config.store.path:
+    secret_only = bool(getattr(args, "credential_env", None))  # --data-dir: the secret's
+    if args.data_dir and config.store.backend == "sqlite" and config.store.path and not secret_only:
         # which store did the user mean? gc on the wrong one drops live originals
         raise ConfigError(
             f"--data-dir {args.data_dir} conflicts with the config's store file "
@@ -127,13 +129,25 @@ def _check_recall_args(ref: str, lines: str | None) -> None:
     parse_line_range(lines)
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _proxy_tenant(variable: str, data_dir: str | None) -> str:
     """The tenant the proxy files a client's originals under: the keyed hash of the API
     key in the environment ``variable`` with the data directory's ``proxy.secret``
     (:class:`ConfigError` naming what is missing; the key is never shown)."""
     from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
 
+    if not _ENV_NAME.fullmatch(variable):  # a key pasted here by mistake is not echoed
+        raise ConfigError(
+            "not an environment variable name (give the name of the variable that holds "
+            "the key, e.g. OPENAI_API_KEY, never the key itself)",
+            "--credential-env",
+        )
     credential = os.environ.get(variable, "").strip()
+    scheme, _, token = credential.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():  # as the proxy reads the header
+        credential = token.strip()
     if not credential:
         raise ConfigError(
             f"the environment variable {variable} is unset or empty", "--credential-env"
@@ -142,7 +156,8 @@ def _proxy_tenant(variable: str, data_dir: str | None) -> str:
     if not (folder / "proxy.secret").is_file():
         raise ConfigError(
             f"no proxy.secret in {folder}: the proxy never ran with this data directory "
-            "(give the one it serves from with --data-dir)",
+            "(give the one it serves from with --data-dir; with --credential-env it names "
+            "the secret's directory even when the config names the store file)",
             "--credential-env",
         )
     return TenantKeys(load_or_create_secret(folder)).for_credential(credential)
