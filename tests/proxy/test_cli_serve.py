@@ -242,6 +242,11 @@ def test_the_listening_line_leaves_credentials_out_of_upstreams(url: str, logged
         ("http://[::1", "not a URL (Invalid IPv6 URL)"),
         ("http://user:key@host:99999", "not a URL (Port out of range 0-65535)"),
         ("http://", "has no host"),
+        (  # the HTTP client refuses URL credentials next to the client's header: a 500
+            "https://user:key@api.example.com",
+            "holds a user name or password: not supported (the client's own "
+            "Authorization or x-api-key header is forwarded)",
+        ),
     ],
 )
 def test_an_upstream_that_is_no_url_stops_serve_before_it_listens(url: str, message: str) -> None:

@@ -92,6 +92,14 @@ class ProxySettings:
                 raise ConfigError(f"not a URL ({exc})", name) from None
             if not parts.hostname:
                 raise ConfigError("has no host", name)
+            if parts.username is not None or parts.password is not None:
+                # the client's own credential header is forwarded; the HTTP client refuses
+                # both at once, which failed every request with a 500
+                raise ConfigError(
+                    "holds a user name or password: not supported (the client's own "
+                    "Authorization or x-api-key header is forwarded)",
+                    name,
+                )
         if self.admin_token is not None and len(self.admin_token) < 16:
             raise ConfigError("must be at least 16 characters", "admin_token")
         if not (self.gc_interval == 0 or 1 <= self.gc_interval <= 86_400 * 7):  # NaN too
