@@ -160,7 +160,8 @@ class Engine:
         ``one_shot``: condense the request on its own, as the first of a new session,
         reading and writing no session state (the originals are still stored, so its
         references recall): the same request then gives the same bytes on every call,
-        which is what a command-line run over one file expects."""
+        which is what a command-line run over one file expects (``session`` then only
+        names it in the report)."""
         with self._lock:
             return self._condense(
                 request, api, session=session, mode=mode, tenant=tenant, one_shot=one_shot

@@ -184,15 +184,15 @@ def test_switches_take_true_or_false_only(overrides: dict[str, Any], key: str) -
         ),
         (
             {"pipeline": {"planner": {"min_expected_turns": 30, "max_expected_turns": 10}}},
-            "pipeline.planner",
-            "min_expected_turns (30) is above max_expected_turns (10)",
+            "pipeline.planner.max_expected_turns",
+            "10 is below min_expected_turns (30)",
         ),
         (
             {"pipeline": {"order": ["dedupe", "mask", "dedupe"]}},
             "pipeline.order",
             "names dedupe more than once",
         ),
-        ({"pipeline": {"order": []}}, "pipeline.order", "at least 1 item"),
+        ({"pipeline": {"order": []}}, "pipeline.order", "is empty: no pass would run"),
     ],
 )
 def test_values_that_contradict_each_other_are_refused_by_key(

@@ -15,8 +15,8 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationError,
+    ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from ctxwarden.config import config_error
@@ -122,14 +122,13 @@ class PlannerConfig(_Strict):
         "share of the session as it grows; it is never below max_session_deficit).",
     )
 
-    @model_validator(mode="after")
-    def _turns_in_order(self) -> PlannerConfig:
-        if self.min_expected_turns > self.max_expected_turns:
-            raise ValueError(
-                f"min_expected_turns ({self.min_expected_turns:g}) is above "
-                f"max_expected_turns ({self.max_expected_turns:g})"
-            )
-        return self
+    @field_validator("max_expected_turns")
+    @classmethod
+    def _turns_in_order(cls, value: float, info: ValidationInfo) -> float:
+        low = info.data.get("min_expected_turns")
+        if low is not None and low > value:
+            raise ValueError(f"{value:g} is below min_expected_turns ({low:g})")
+        return value
 
 
 class ToolPolicy(_Strict):
@@ -146,7 +145,6 @@ class PipelineConfig(_Strict):
 
     order: tuple[PassName, ...] = Field(
         PASS_NAMES,
-        min_length=1,
         description='The passes in the order they run (each at most once; mode = "exact" '
         "runs none).",
     )
@@ -193,6 +191,10 @@ class PipelineConfig(_Strict):
     @field_validator("order")
     @classmethod
     def _each_pass_once(cls, order: tuple[PassName, ...]) -> tuple[PassName, ...]:
+        if not order:
+            raise ValueError(
+                'is empty: no pass would run (mode = "exact" sends requests as they are)'
+            )
         twice = sorted({name for name in order if order.count(name) > 1})
         if twice:
             raise ValueError(f"names {', '.join(twice)} more than once")
