@@ -262,11 +262,11 @@ def _session_of(obj: Any, source: str | Path) -> Session:
     if isinstance(obj, list):
         if not obj:
             raise ReplayError(f"{source}: not a session (an empty list, no messages)")
-        _check_messages(obj, source, "a list")
+        _check_messages(obj, source, "")
         return Session(id=Path(str(source)).name, model=None, messages=obj)
     if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
         raise ReplayError(f"{source}: not a session (no messages list)")
-    _check_messages(obj["messages"], source, "messages")
+    _check_messages(obj["messages"], source, "/messages")
     for key, kinds, what in (
         ("model", (str,), "a string"),
         ("id", (str, int), "a string"),
@@ -285,13 +285,14 @@ def _session_of(obj: Any, source: str | Path) -> Session:
     )
 
 
-def _check_messages(items: list[Any], source: str | Path, what: str) -> None:
-    """A :class:`ReplayError` naming the first item of ``items`` that is no object."""
+def _check_messages(items: list[Any], source: str | Path, pointer: str) -> None:
+    """A :class:`ReplayError` naming (by its JSON pointer under ``pointer``) the first
+    item of ``items`` that is no object."""
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise ReplayError(
-                f"{source}: not a session ({what}, but item {i} is "
-                f"{_json_kind(item)}, not a message object)"
+                f"{source}: not a session ({pointer}/{i} is {_json_kind(item)}, "
+                "not a message object)"
             )
 
 

@@ -16,9 +16,9 @@ from tests.cli.skipped import skips
 from tests.replay.conftest import tool_session
 
 UNUSABLE = [
-    ("array.json", "[1, 2, 3]", "not a session (a list, but item 0 is a number"),
+    ("array.json", "[1, 2, 3]", "not a session (/0 is a number, not a message object)"),
     ("empty.json", "[]", "not a session (an empty list, no messages)"),
-    ("mixed.json", '[{"role": "user", "content": "hi"}, "x"]', "item 1 is a string"),
+    ("mixed.json", '[{"role": "user", "content": "hi"}, "x"]', "/1 is a string"),
 ]
 
 
@@ -88,7 +88,7 @@ def test_an_input_of_no_turn_is_not_an_error(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('{"messages": [1, 2, 3]}', "messages, but item 0 is a number"),
+        ('{"messages": [1, 2, 3]}', "/messages/0 is a number"),
         ('{"model": 5, "messages": [{"role": "user", "content": "x"}]}', "model is a number"),
         ('{"tools": {}, "messages": [{"role": "user", "content": "x"}]}', "tools is an object"),
     ],
