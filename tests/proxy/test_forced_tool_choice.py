@@ -240,7 +240,7 @@ def test_the_last_round_keeps_a_choice_that_leaves_recall_out(
         (CHAT_TOOLS, None, False, True),  # an agent, from its first turn
         (CHAT_TOOLS, "none", False, True),
         (CHAT_TOOLS, _CHAT_NAMED, False, True),  # cannot be called: the list stays
-        (CHAT_TOOLS, "required", False, False),  # the model could pick ours for nothing
+        (CHAT_TOOLS, "required", False, True),  # the list stays as the choice changes
         (CHAT_TOOLS, "required", True, True),
         ([], "required", True, False),  # no tool of its own for the last round
         (None, None, True, True),
@@ -257,3 +257,31 @@ def test_which_requests_are_offered_the_recall_tool(
     if choice is not None:
         request["tool_choice"] = choice
     assert _offers_recall(request, references) is offered
+
+
+@pytest.mark.parametrize("references", [False, True])
+def test_an_agents_tool_list_stays_whatever_choice_each_turn_makes(references: bool) -> None:
+    """Agents force a call on one turn and leave it to the model on the next (the
+    OpenAI Agents SDK resets ``required`` to ``auto`` after a call): the tool list is
+    the start of the cached prompt, so recall goes with every one of these turns,
+    references or not (it flipped with the choice and re-sent the whole prompt)."""
+    choices: list[Any] = [
+        None, "auto", "required", "none", {"type": "any"}, {"type": "auto"},
+        _CHAT_NAMED, {"type": "tool", "name": "read"}, {"type": "something_new"},
+    ]  # fmt: skip
+    for choice in choices:
+        request: dict[str, Any] = {"model": "m", "messages": [], "tools": CHAT_TOOLS}
+        if choice is not None:
+            request["tool_choice"] = choice
+        assert _offers_recall(request, references), choice
+
+
+def test_an_object_choice_of_a_type_no_api_defines_counts_as_forced() -> None:
+    """Read cautiously: a future shape that forces some call must not let the last
+    round end on a stripped recall call."""
+    from ctxwarden.proxy.dialects import choice_kind
+
+    assert choice_kind({"type": "something_new"}) == "any"
+    assert choice_kind({"type": "required"}) == "any"
+    assert choice_kind({"type": "file_search"}) == "client"
+    assert choice_kind({"type": "mcp", "server_label": "s"}) == "client"

@@ -361,16 +361,23 @@ async def test_an_agent_gets_the_recall_tool_from_its_first_turn(proxy: Proxy) -
         assert proxy.fake.received[-1].json()["tools"] == own
 
 
-async def test_no_recall_tool_before_references_when_the_client_forces_a_tool(
+async def test_the_recall_tool_goes_with_a_forced_choice_as_with_any_other(
     proxy: Proxy,
 ) -> None:
-    # forced to call a tool, the model could pick ours: offered only with references
+    """An agent that forces a call on one turn and not on the next keeps one tool list
+    (the start of its cached prompt): offering recall only once references appeared
+    under a forced choice re-sent the whole prompt, on every turn of a Responses chain
+    whose new input held none. The last round allowed goes without it
+    (tests/proxy/test_forced_tool_choice.py)."""
+    names = []
     async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url, max_retries=0) as c:
-        await c.chat.completions.create(
-            model="gpt-4o", messages=[{"role": "user", "content": "go"}], tools=[_tool(0)],
-            tool_choice="required",
-        )  # fmt: skip
-    assert [t["function"]["name"] for t in proxy.fake.received[-1].json()["tools"]] == ["tool_0"]
+        for choice in ("required", "auto"):
+            await c.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "go"}], tools=[_tool(0)],
+                tool_choice=choice,
+            )  # fmt: skip
+            names.append([t["function"]["name"] for t in proxy.fake.received[-1].json()["tools"]])
+    assert names == [["tool_0", RECALL_TOOL_NAME]] * 2
 
 
 def test_the_responses_recall_tool_is_not_strict() -> None:

@@ -64,8 +64,8 @@ def choice_kind(choice: Any) -> ChoiceKind:
       with or without ``disable_parallel_tool_use``);
     - ``"none"``: no tool (``"none"``, ``{"type": "none"}``);
     - ``"any"``: some tool it must call, the recall tool included when offered
-      (``"required"``, Anthropic's ``{"type": "any"}``; a string no API defines too,
-      the cautious reading);
+      (``"required"``, Anthropic's ``{"type": "any"}``; a string or object type no API
+      defines too, the cautious reading);
     - ``"client"``: only tools the client names, never ours: one function or custom
       tool (Chat ``{"type": "function", "function": {"name": ...}}``, Responses
       ``{"type": "function", "name": ...}``, Anthropic ``{"type": "tool", "name": ...}``),
@@ -84,11 +84,24 @@ def choice_kind(choice: Any) -> ChoiceKind:
         return "auto"
     if kind == "none":
         return "none"
-    if kind == "any" or not isinstance(kind, str):
+    if kind == "any" or kind not in _CLIENT_CHOICES:  # a shape no API defined yet: forced
         return "any"
     if RECALL_TOOL_NAME in _named(choice):
         return "ours"
     return "client"
+
+
+_CLIENT_CHOICES = frozenset(
+    (
+        "function", "custom", "tool", "allowed_tools",  # one named tool, or a list
+        "file_search", "web_search", "web_search_preview", "web_search_preview_2025_03_11",
+        "computer_use", "computer_use_preview", "code_interpreter", "image_generation",
+        "mcp", "apply_patch", "shell", "local_shell",  # Responses hosted tools
+    )
+)  # fmt: skip
+"""``tool_choice`` object types that name the client's own tools (never ours). Any
+other type counts as forcing some call: the recall tool then goes only next to a
+tool of the client's own and is left out of the last round."""
 
 
 def _named(choice: dict[str, Any]) -> set[Any]:

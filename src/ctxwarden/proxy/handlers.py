@@ -630,17 +630,21 @@ def _offers_recall(request: dict[str, Any], references: bool) -> bool:
     references or not, so its tool list (the start of the cached prompt) never changes
     mid-session; a step then re-sends only what it rewrote, not the whole prompt. So
     does one whose ``tool_choice`` leaves our tool out (``none``, or one or more of the
-    client's tools named: the model cannot call it there, and the list stays). Other
-    requests get it only once they hold references, and so do requests that force
-    some tool call (``required``, Anthropic's ``any``: the model could meet "call a
-    tool" with ours), then only next to a tool of the client's own, which the last
-    round the limit allows is left with (:meth:`~.dialects.Dialect.last_round`). A
-    choice naming the recall tool itself never gets it (the upstream judges)."""
+    client's tools named: the model cannot call it there, and the list stays), and one
+    that forces some tool call (``required``, Anthropic's ``any``), references or not:
+    agents force a call on one turn and leave it to the model on the next (the OpenAI
+    Agents SDK does by default), and a list that changed with the choice re-sent the
+    whole prompt. A forced request without references may spend a round on a recall
+    that finds nothing; the last round the limit allows goes without the tool, so the
+    model calls one of the client's own (:meth:`~.dialects.Dialect.last_round`); one
+    without a tool of its own never gets it (that round would have none). Other
+    requests get it once they hold references. A choice naming the recall tool itself
+    never gets it (the upstream judges)."""
     kind = choice_kind(request.get("tool_choice"))
     if kind == "ours":
         return False
     if kind == "any":
-        return references and own_tools(request)
+        return own_tools(request)
     return references or own_tools(request)
 
 
