@@ -69,7 +69,16 @@ def with_step_breakpoint(
     earlier cache entry only about 20 blocks back from a breakpoint, and a step's
     rewrite may start further back than that from the previous request's end; the
     breakpoint before it reads the prefix the step kept. With room for one breakpoint
-    only, that one goes first (at a step the previous end's entry cannot be read)."""
+    only, that one goes first (at a step the previous end's entry cannot be read).
+
+    A ``request`` that is not a dict or a ``step_start`` that is not an int (or
+    ``None``) is a :class:`TypeError` naming it."""
+    if not isinstance(request, dict):
+        raise TypeError(
+            f"request must be a dict (an Anthropic Messages body), got {type(request).__name__}"
+        )
+    if step_start is not None and (not isinstance(step_start, int) or isinstance(step_start, bool)):
+        raise TypeError(f"step_start must be an int or None, got {type(step_start).__name__}")
     messages = request.get("messages")
     if not isinstance(messages, list):
         return None

@@ -32,7 +32,14 @@ import orjson
 
 from ctxwarden.adapters import get_adapter
 from ctxwarden.config import EngineConfig, Mode, load_config
-from ctxwarden.errors import MalformedRequest, StoreError, ValidationFailed, json_pointer
+from ctxwarden.errors import (
+    ConfigError,
+    EngineClosed,
+    MalformedRequest,
+    StoreError,
+    ValidationFailed,
+    json_pointer,
+)
 from ctxwarden.model.classify import classify
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes
@@ -67,10 +74,19 @@ class Engine:
 
     def __init__(self, config: EngineConfig | None = None, *, store: Store | None = None) -> None:
         """Raises :class:`~ctxwarden.errors.ConfigError` naming the key of an invalid
-        preset or pipeline override (checked here, not on the first request, where it
-        would only show as a fallback)."""
+        preset, pipeline override or store table (a server backend without its url;
+        checked here, not on the first request, where it would only show as a
+        fallback). The store itself opens on first use. Usable as a context manager
+        (:meth:`close` at the end)."""
+        if config is not None and not isinstance(config, EngineConfig):
+            raise TypeError(
+                f"config must be an EngineConfig, got {type(config).__name__} (a dict: "
+                "EngineConfig(**data), or EngineConfig.model_validate(data))"
+            )
         self.config = config or EngineConfig()
         resolve_pipeline(self.config.preset, self.config.pipeline)
+        if store is None:
+            _check_store_config(self.config)
         self.registry = load_registry()
         self._counters: dict[str, TokenCounter] = {}
         self._observed: dict[str, int] = {}
@@ -83,6 +99,13 @@ class Engine:
         counter, the acondense thread) and around the observed usage: never while
         waiting for a condense."""
         self._async_thread: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def from_file(cls, path: str | Path) -> Engine:
@@ -162,6 +185,20 @@ class Engine:
         references recall): the same request then gives the same bytes on every call,
         which is what a command-line run over one file expects (``session`` then only
         names it in the report)."""
+        _check_call(session, mode, tenant, one_shot)
+        self._check_open()
+        return self._locked(request, api, session, mode, tenant, one_shot)
+
+    def _locked(
+        self,
+        request: Mapping[str, Any],
+        api: str,
+        session: str | None,
+        mode: Mode | None,
+        tenant: str,
+        one_shot: bool,
+    ) -> CondenseResult:
+        """One condense at a time (the calls' checks done)."""
         with self._lock:
             return self._condense(
                 request, api, session=session, mode=mode, tenant=tenant, one_shot=one_shot
@@ -181,20 +218,20 @@ class Engine:
         event loop runs on meanwhile, and calls run one at a time in the order they are
         made. Cancelling the caller does not stop a condense under way (it ends, and
         writes its session's state)."""
-        if self._async_thread is None:
-            with self._parts_lock:
-                if self._async_thread is None:
-                    self._async_thread = ThreadPoolExecutor(1, "ctxwarden-acondense")
-        call = functools.partial(
-            self.condense,
-            request,
-            api,
-            session=session,
-            mode=mode,
-            tenant=tenant,
-            one_shot=one_shot,
-        )
-        return await asyncio.get_running_loop().run_in_executor(self._async_thread, call)
+        _check_call(session, mode, tenant, one_shot)
+        with self._parts_lock:
+            self._check_open()
+            if self._async_thread is None:
+                self._async_thread = ThreadPoolExecutor(1, "ctxwarden-acondense")
+            thread = self._async_thread  # a call made before close runs (close waits)
+        call = functools.partial(self._locked, request, api, session, mode, tenant, one_shot)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(thread, call)
+        except RuntimeError:  # close shut the thread down between the check and here
+            raise EngineClosed(
+                "this engine is closed (make a new Engine to condense again)"
+            ) from None
+        return await future
 
     def _condense(
         self,
@@ -271,6 +308,8 @@ class Engine:
                 reason = f"validation: {exc}"
             elif isinstance(exc, StoreError):  # what failed, not the driver's text (a URL)
                 reason = f"{reason}: {str(exc).split(': ', 1)[0]}"
+            elif isinstance(exc, ConfigError):  # the key at fault (a store's client library)
+                reason = f"{reason}: {exc.key}"
             report.update(fallback_reason=reason, fallbacks=1)
             report["duration_ms"] = _ms(started)
             return CondenseResult(dict(request), report)
@@ -309,18 +348,25 @@ class Engine:
         """The original text behind a reference, or a line range ``A-B`` of it."""
         from ctxwarden.store.recall import recall_text
 
+        self._check_open()
         return recall_text(self.store, ref, lines, tenant=tenant)
 
     def close(self) -> None:
         """End the acondense thread once the calls made so far have run, then close the
-        store once no condense is under way."""
+        store once no condense is under way. A closed engine refuses further calls
+        (:class:`~ctxwarden.errors.EngineClosed`); closing again does nothing."""
         with self._parts_lock:
+            self._closed = True
             thread, self._async_thread = self._async_thread, None
         if thread is not None:  # outside the lock: its condense may still make a part
             thread.shutdown(wait=True)
         with self._lock:
             if self._store is not None:
                 self._store.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineClosed("this engine is closed (make a new Engine to condense again)")
 
     def __getstate__(self) -> dict[str, Any]:
         """A fresh engine pickles (a process pool's initializer argument); its locks and
@@ -336,6 +382,30 @@ class Engine:
         self._lock = threading.Lock()
         self._parts_lock = threading.RLock()
         self._async_thread = None
+
+
+_MODES = frozenset(("active", "shadow", "exact"))
+
+
+def _check_call(session: object, mode: object, tenant: object, one_shot: object) -> None:
+    """A :class:`TypeError` or :class:`ValueError` naming the argument of a condense
+    call that cannot be right (a misspelled mode would have condensed in active mode)."""
+    if session is not None and not isinstance(session, str):
+        raise TypeError(f"session must be a str or None, got {type(session).__name__}")
+    if mode is not None and mode not in _MODES:
+        raise ValueError(f"mode must be active, shadow or exact, got {mode!r}")
+    if not isinstance(tenant, str) or not tenant:
+        raise ValueError(f"tenant must be a non-empty str, got {tenant!r}")
+    if not isinstance(one_shot, bool):
+        raise TypeError(f"one_shot must be a bool, got {type(one_shot).__name__}")
+
+
+def _check_store_config(config: EngineConfig) -> None:
+    """The store table's own contradictions, found when the engine is made: a server
+    backend needs its url (:class:`ConfigError` naming ``store.url``)."""
+    store = config.store
+    if store.backend in ("redis", "postgres") and not store.url:
+        raise ConfigError(f"the {store.backend} store needs a url", "store.url")
 
 
 def _zero_counters() -> dict[str, Any]:
@@ -365,10 +435,19 @@ def _unread_report(api: str, mode: Mode, exc: Exception, started: float) -> dict
         "mode": mode,
         **dict.fromkeys(unknown),
         **_zero_counters(),
-        "fallback_reason": f"unreadable: {exc.__class__.__name__}",
+        "fallback_reason": f"unreadable: {_unread_reason(exc)}",
         "fallbacks": 1,
         "duration_ms": _ms(started),
     }
+
+
+def _unread_reason(exc: Exception) -> str:
+    """The class of ``exc``, and for a value JSON cannot encode the encoder's own words
+    (a lone surrogate, a key that is no string, an integer past 64 bits: they name the
+    kind of value, never the text)."""
+    if isinstance(exc, orjson.JSONEncodeError):
+        return f"{exc.__class__.__name__}: {str(exc)[:120]}"
+    return exc.__class__.__name__
 
 
 def _json_size(request: Any) -> int | None:

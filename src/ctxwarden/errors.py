@@ -28,6 +28,7 @@ __all__ = [
     "ArtifactMissing",
     "ConfigError",
     "CtxwardenError",
+    "EngineClosed",
     "MalformedRequest",
     "ReplayError",
     "RequestError",
@@ -89,6 +90,10 @@ class ArtifactMissing(StoreError):
 
 class ArtifactCorrupted(StoreError):
     """Stored bytes do not hash to their address."""
+
+
+class EngineClosed(CtxwardenError):
+    """An engine was used after :meth:`~ctxwarden.Engine.close`."""
 
 
 class ValidationFailed(CtxwardenError):

@@ -638,13 +638,13 @@ async def test_acondense_runs_off_the_loop_in_order_with_the_bytes_of_condense()
     engine = make_engine("balanced", FORCE)
     loop_thread = threading.get_ident()
     threads: set[int] = set()
-    condense = engine.condense
+    condense = engine._locked  # what acondense runs on its thread
 
     def noted(*args: Any, **kwargs: Any) -> Any:
         threads.add(threading.get_ident())
         return condense(*args, **kwargs)
 
-    engine.condense = noted  # type: ignore[method-assign]
+    engine._locked = noted  # type: ignore[method-assign]
     ticks = 0
 
     async def ticker() -> None:

@@ -105,3 +105,8 @@ def test_line_ranges_partition_the_text(lines: list[str]) -> None:
     pieces = [recall_text(store, ref, f"{i}-{i}", tenant="t") for i in range(1, len(lines) + 1)]
     assert pieces == lines
     assert "\n".join(pieces) == text
+
+
+def test_a_bad_range_is_the_callers_error_even_for_a_missing_reference() -> None:
+    with pytest.raises(RequestError, match="is not A-B"):
+        recall_text(MemoryStore(), "cw:000000000000", "x-y", tenant="t")

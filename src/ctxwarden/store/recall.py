@@ -8,6 +8,8 @@ from ctxwarden.store.base import REF_PATTERN, Store
 __all__ = ["MAX_RECALL_LINES", "parse_line_range", "recall_text"]
 
 MAX_RECALL_LINES = 5000
+"""Lines one range gives at most: ``A-B`` past it ends at line ``A + 4999`` (ask again
+from there for more)."""
 
 
 def parse_line_range(spec: str | None) -> tuple[int, int] | None:
@@ -36,8 +38,8 @@ def recall_text(store: Store, ref: str, lines: str | None = None, *, tenant: str
     if not isinstance(ref, str) or not REF_PATTERN.fullmatch(ref.strip()):
         raise RequestError(f"{ref!r} is not a ctxwarden reference (cw: and 12 hex digits)")
     ref = ref.strip()
+    window = parse_line_range(lines)  # a bad range is the caller's error, found or not
     text = store.get(tenant, ref)
-    window = parse_line_range(lines)
     if window is None:
         return text
     start, end = window

@@ -1,0 +1,89 @@
+"""The library API refuses what cannot be right, naming the argument, instead of a
+silent wrong result: a misspelled per-call mode condensed in active mode, wrong types
+came back as an anonymous "TypeError" fallback, a server store without its url fell
+back on every request, and a closed engine went on (or fell back) quietly."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ctxwarden import ConfigError, Engine, EngineClosed, EngineConfig, with_step_breakpoint
+from tests.passes.convo import FORCE, call, make_engine, request, result
+
+
+def _wire() -> dict[str, Any]:
+    return request(
+        call("c1", "ls -R"), result("c1", "\n".join(f"src/file_{i}.py" for i in range(200))),
+        call("c2", "pytest"), result("c2", "ok"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "names"),
+    [
+        ({"mode": "EXACT"}, ValueError, "mode must be active, shadow or exact, got 'EXACT'"),
+        ({"mode": "shadow "}, ValueError, "mode must be"),
+        ({"session": 123}, TypeError, "session must be a str or None, got int"),
+        ({"tenant": ""}, ValueError, "tenant must be a non-empty str"),
+        ({"tenant": None}, ValueError, "tenant must be a non-empty str"),
+        ({"one_shot": "no"}, TypeError, "one_shot must be a bool, got str"),
+    ],
+)
+def test_a_bad_argument_is_refused_by_name(
+    kwargs: dict[str, Any], error: type[Exception], names: str
+) -> None:
+    engine = make_engine("balanced", FORCE)
+    wire = _wire()
+    with pytest.raises(error, match=names.replace("(", r"\(").replace(")", r"\)")):
+        engine.condense(wire, **kwargs)
+    with pytest.raises(error):
+        asyncio.run(engine.acondense(wire, **kwargs))
+    assert engine.condense(wire, mode="exact").request == wire  # the engine still serves
+
+
+def test_a_dict_config_is_a_type_error_that_says_what_to_do() -> None:
+    with pytest.raises(TypeError, match=r"EngineConfig\(\*\*data\)"):
+        Engine({"preset": "aggressive"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_a_server_store_without_its_url_is_refused_when_the_engine_is_made(backend: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Engine(EngineConfig(store={"backend": backend}))
+    assert info.value.key == "store.url" and backend in info.value.reason
+
+
+def test_a_closed_engine_refuses_every_call_and_closes_once() -> None:
+    with make_engine("balanced", FORCE) as engine:
+        res = engine.condense(_wire(), session="s")
+        ref = next(w for w in str(res.request).split() if w.startswith("cw:"))[:15]
+        assert engine.recall(ref)
+    with pytest.raises(EngineClosed):
+        engine.condense(_wire(), session="s")
+    with pytest.raises(EngineClosed):
+        asyncio.run(engine.acondense(_wire(), session="s"))
+    with pytest.raises(EngineClosed):
+        engine.recall(ref)
+    engine.close()  # again: nothing happens
+
+
+def test_with_step_breakpoint_names_a_wrong_argument() -> None:
+    with pytest.raises(TypeError, match="request must be a dict"):
+        with_step_breakpoint("x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="step_start must be an int or None, got str"):
+        with_step_breakpoint({"messages": []}, "3")  # type: ignore[arg-type]
+
+
+def test_an_unreadable_request_says_what_kind_of_value_stopped_it() -> None:
+    """A lone surrogate (common from surrogateescape decoding) leaves the request as it
+    came; the reason says why, without the text."""
+    wire = _wire()
+    wire["messages"][1]["content"] = "secret \udcff output"
+    res = make_engine("balanced", FORCE).condense(wire, session="s")
+    assert res.request == wire and res.report["fallbacks"] == 1
+    reason = res.report["fallback_reason"]
+    assert reason.startswith("unreadable: ") and "surrogates not allowed" in reason
+    assert "secret" not in reason
