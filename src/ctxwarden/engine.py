@@ -66,7 +66,9 @@ class CondenseResult:
 
     @property
     def changed(self) -> bool:
-        return bool(self.report.get("rewritten"))
+        """Whether :attr:`request` differs from the request given: never in shadow mode,
+        whose report still says what a rewrite would have been (``rewritten``)."""
+        return bool(self.report.get("rewritten")) and not self.report.get("shadow")
 
 
 class Engine:

@@ -165,6 +165,7 @@ def test_shadow_mode_returns_the_original_but_reports_decisions() -> None:
     active = make_engine("balanced", FORCE).condense(wire)
     assert dumps(shadow.request) == before
     assert shadow.report["shadow"] is True
+    assert shadow.report["rewritten"] and not shadow.changed and active.changed
     assert shadow.report["transforms"] == active.report["transforms"] != {}
     assert shadow.report["tokens_after"] == active.report["tokens_after"]
     assert shadow.report["tokens_after"] < shadow.report["tokens_before"]
