@@ -10,6 +10,7 @@ search of its primary key reads every overflowing body it compares against.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -111,6 +112,15 @@ def _folder_error(path: Path, exc: OSError) -> OSError:
     return error
 
 
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """The device and inode of the file at ``path`` (``None`` when there is none)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def _text(raw: bytes) -> str:
     """TEXT values as read: a damaged row's invalid UTF-8 is kept (surrogateescape), so
     it fails verification as corrupt instead of failing the read."""
@@ -145,6 +155,7 @@ class SqliteStore:
             except BaseException:
                 self._db.close()
                 raise
+        self._file_id = _file_id(self.path)
 
     @staticmethod
     def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
@@ -216,6 +227,17 @@ class SqliteStore:
                 db.execute("ROLLBACK")
                 raise
 
+    def _check_file(self, action: str) -> None:
+        """A :class:`StoreError` when the database file was removed or replaced since
+        it was opened (a data directory deleted under a running engine): writes to the
+        open, unlinked file would succeed and be lost at exit, and a reference sent to
+        the model could never be recalled. The writer's segment then stays as sent."""
+        if _file_id(self.path) != self._file_id:
+            raise StoreError(
+                f"sqlite store failed to {action}: {self.path} was removed or replaced "
+                "while open (make a new engine to use the file now there)"
+            )
+
     def put(self, tenant: str, text: str) -> str:
         """Keep ``text``. A stored copy of the same digest is rewritten with the body
         (a damaged copy heals; SQLite rewrites the whole row for ``last_used`` anyway);
@@ -227,6 +249,7 @@ class SqliteStore:
         now = time.time()
         key = storage_name(tenant)
         with self._lock, _translated("store an artifact"):
+            self._check_file("store an artifact")
             row = (key, ref, digest, body, len(body), now, now)
             written = self._db.execute(
                 "INSERT INTO artifacts VALUES (?,?,?,?,?,?,?) "
@@ -327,6 +350,7 @@ class SqliteStore:
 
     def put_state(self, tenant: str, session: str, state: bytes) -> None:
         with self._lock, _translated("write session state"):
+            self._check_file("write session state")
             self._db.execute(
                 "INSERT INTO sessions VALUES (?,?,?,?) ON CONFLICT (tenant, session) "
                 "DO UPDATE SET state=excluded.state, updated=excluded.updated",

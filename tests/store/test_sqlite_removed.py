@@ -1,0 +1,56 @@
+"""A data directory deleted under a running engine: SQLite would go on writing to the
+open, unlinked file, and every reference sent from then on would be lost at exit.
+Writes now fail as a StoreError naming the file, so the engine sends originals."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxwarden import Engine, EngineConfig, StoreError
+from ctxwarden.store import SqliteStore
+from tests.passes.convo import FORCE, call, request, result
+
+
+def test_writes_to_a_removed_or_replaced_file_fail_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "store.sqlite3"
+    store = SqliteStore(path)
+    ref = store.put("t", "kept while the file is there")
+    store.put_state("t", "s", b"state")
+    shutil.rmtree(path.parent)
+    with pytest.raises(StoreError, match="was removed or replaced while open"):
+        store.put("t", "written after the removal")
+    with pytest.raises(StoreError, match=str(path)):
+        store.put_state("t", "s", b"state 2")
+    assert store.get("t", ref) == "kept while the file is there"  # reads still answer
+    store.close()
+    replaced = SqliteStore(path)  # another file at the same path
+    other = SqliteStore(tmp_path / "other.sqlite3")
+    other.close()
+    shutil.move(tmp_path / "other.sqlite3", path)
+    with pytest.raises(StoreError, match="was removed or replaced while open"):
+        replaced.put("t", "x")
+    replaced.close()
+
+
+def _wire(turns: int) -> dict[str, Any]:
+    steps = []
+    for i in range(turns):
+        lines = "\n".join(f"src/pkg_{i}/module_{j}.py" for j in range(150))
+        steps += [call(f"c{i}", f"find src/pkg_{i}"), result(f"c{i}", lines)]
+    return request(*steps)
+
+
+def test_an_engine_whose_data_dir_was_deleted_sends_originals(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    engine = Engine(EngineConfig(data_dir=str(data), pipeline=FORCE))
+    first = engine.condense(_wire(3), session="s")
+    assert first.changed
+    shutil.rmtree(data)
+    later = engine.condense(_wire(5), session="s")
+    assert later.request == _wire(5) and not later.changed
+    assert later.report["fallback_reason"].startswith("StoreError: sqlite store failed to")
+    engine.close()
