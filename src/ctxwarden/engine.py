@@ -246,6 +246,8 @@ class Engine:
         one_shot: bool,
     ) -> CondenseResult:
         started = time.perf_counter()
+        if isinstance(request, Mapping) and not isinstance(request, dict):
+            request = dict(request)  # any mapping at the top (a MappingProxyType)
         mode = mode or self.config.mode
         adapter = get_adapter(api)
         try:

@@ -87,3 +87,15 @@ def test_an_unreadable_request_says_what_kind_of_value_stopped_it() -> None:
     reason = res.report["fallback_reason"]
     assert reason.startswith("unreadable: ") and "surrogates not allowed" in reason
     assert "secret" not in reason
+
+
+def test_a_read_only_mapping_is_a_request_like_a_dict() -> None:
+    """The signature takes a Mapping: a MappingProxyType was refused as "expected an
+    object, got mappingproxy at /"."""
+    import types
+
+    wire = _wire()
+    engine = make_engine("balanced", FORCE)
+    res = engine.condense(types.MappingProxyType(wire), session="s")
+    assert res.report["fallback_reason"] is None and res.changed
+    assert res.request == make_engine("balanced", FORCE).condense(wire, session="s").request
