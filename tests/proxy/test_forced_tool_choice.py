@@ -285,3 +285,12 @@ def test_an_object_choice_of_a_type_no_api_defines_counts_as_forced() -> None:
     assert choice_kind({"type": "required"}) == "any"
     assert choice_kind({"type": "file_search"}) == "client"
     assert choice_kind({"type": "mcp", "server_label": "s"}) == "client"
+
+
+def test_a_client_tool_named_like_ours_is_never_doubled() -> None:
+    """A Chat client's own custom tool called ``ctxwarden_recall``: no second tool of
+    that name (the upstream would refuse the request)."""
+    custom = {"type": "custom", "custom": {"name": RECALL_TOOL_NAME}}
+    request = {"model": "m", "messages": [], "tools": [*CHAT_TOOLS, custom]}
+    assert DIALECTS["openai.chat"].inject(request) is None
+    assert DIALECTS["openai.chat"].inject({**request, "tools": CHAT_TOOLS}) is not None

@@ -205,8 +205,8 @@ class ChatDialect:
             return None
         if "prediction" in request or len(tools) >= MAX_TOOLS:
             return None
-        if any(_is_chat_recall_tool(tool) for tool in tools):
-            return None
+        if any(RECALL_TOOL_NAME in _names_of(tool) for tool in tools if isinstance(tool, dict)):
+            return None  # ours already, or a client tool of that name (never two)
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "parameters": tool_parameters}  # fmt: skip
         return {**request, "tools": [*tools, {"type": "function", "function": spec}]}
