@@ -230,9 +230,7 @@ class Engine:
         try:
             future = asyncio.get_running_loop().run_in_executor(thread, call)
         except RuntimeError:  # close shut the thread down between the check and here
-            raise EngineClosed(
-                "this engine is closed (make a new Engine to condense again)"
-            ) from None
+            raise EngineClosed(_CLOSED) from None
         return await future
 
     def _condense(
@@ -370,7 +368,7 @@ class Engine:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise EngineClosed("this engine is closed (make a new Engine to condense again)")
+            raise EngineClosed(_CLOSED)
 
     def __getstate__(self) -> dict[str, Any]:
         """A fresh engine pickles (a process pool's initializer argument); its locks and
@@ -389,6 +387,7 @@ class Engine:
 
 
 _MODES = frozenset(("active", "shadow", "exact"))
+_CLOSED = "this engine is closed (make a new Engine to condense again)"
 
 
 def _check_call(session: object, mode: object, tenant: object, one_shot: object) -> None:
