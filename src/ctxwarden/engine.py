@@ -102,6 +102,11 @@ class Engine:
         waiting for a condense."""
         self._async_thread: ThreadPoolExecutor | None = None
         self._closed = False
+        """Set by :meth:`close`: new calls are refused (calls made before still run)."""
+        self._store_closed = False
+        """Set, under the engine lock, when close closes the store: nothing runs after."""
+        self._close_lock = threading.Lock()
+        """Held through a whole close: a second close waits for the first to end."""
 
     def __enter__(self) -> Engine:
         return self
@@ -116,9 +121,12 @@ class Engine:
 
     @property
     def store(self) -> Store:
-        """The artifact store (opened on first use, once, whichever thread asks)."""
-        if self._store is None:
+        """The artifact store (opened on first use, once, whichever thread asks; never
+        again once :meth:`close` closed it)."""
+        if self._store is None or self._store_closed:
             with self._parts_lock:
+                if self._store_closed:
+                    raise EngineClosed(_CLOSED)
                 if self._store is None:
                     self._store = open_store(self.config.store, self.config.data_dir)
         return self._store
@@ -200,8 +208,11 @@ class Engine:
         tenant: str,
         one_shot: bool,
     ) -> CondenseResult:
-        """One condense at a time (the calls' checks done)."""
+        """One condense at a time (the calls' checks done); none once the store is
+        closed (a call that passed the open check while close ran)."""
         with self._lock:
+            if self._store_closed:
+                raise EngineClosed(_CLOSED)
             return self._condense(
                 request, api, session=session, mode=mode, tenant=tenant, one_shot=one_shot
             )
@@ -357,14 +368,16 @@ class Engine:
         """End the acondense thread once the calls made so far have run, then close the
         store once no condense is under way. A closed engine refuses further calls
         (:class:`~ctxwarden.errors.EngineClosed`); closing again does nothing."""
-        with self._parts_lock:
-            self._closed = True
-            thread, self._async_thread = self._async_thread, None
-        if thread is not None:  # outside the lock: its condense may still make a part
-            thread.shutdown(wait=True)
-        with self._lock:
-            if self._store is not None:
-                self._store.close()
+        with self._close_lock:
+            with self._parts_lock:
+                self._closed = True
+                thread, self._async_thread = self._async_thread, None
+            if thread is not None:  # outside the lock: its condense may still make a part
+                thread.shutdown(wait=True)
+            with self._lock, self._parts_lock:
+                if not self._store_closed and self._store is not None:
+                    self._store.close()
+                self._store_closed = True
 
     def _check_open(self) -> None:
         if self._closed:
@@ -375,14 +388,15 @@ class Engine:
         its acondense thread are made anew on the other side. An engine with an open
         store does not (a connection does not travel)."""
         state = dict(self.__dict__)
-        for name in ("_lock", "_parts_lock", "_async_thread"):
+        for name in ("_lock", "_parts_lock", "_close_lock", "_async_thread"):
             state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"_closed": False, "_store_closed": False, **state})
         self._lock = threading.Lock()
         self._parts_lock = threading.RLock()
+        self._close_lock = threading.Lock()
         self._async_thread = None
 
 

@@ -6,6 +6,7 @@ back on every request, and a closed engine went on (or fell back) quietly."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -99,3 +100,44 @@ def test_a_read_only_mapping_is_a_request_like_a_dict() -> None:
     res = engine.condense(types.MappingProxyType(wire), session="s")
     assert res.report["fallback_reason"] is None and res.changed
     assert res.request == make_engine("balanced", FORCE).condense(wire, session="s").request
+
+
+async def test_two_closes_at_once_let_every_call_made_before_them_run(tmp_path: Any) -> None:
+    """A second close (another thread, or __exit__ after an explicit close) closed the
+    store under the acondense calls the first close was waiting for."""
+    engine = Engine(EngineConfig(data_dir=str(tmp_path), pipeline=FORCE))
+    engine.condense(_wire(), session="warm")  # the store is open
+    condense = engine._condense
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)  # the closes come while the calls are queued
+        return condense(*args, **kwargs)
+
+    engine._condense = slow  # type: ignore[method-assign]
+    calls = [asyncio.ensure_future(engine.acondense(_wire(), session=f"s{i}")) for i in range(4)]
+    await asyncio.sleep(0)
+    await asyncio.gather(asyncio.to_thread(engine.close), asyncio.to_thread(engine.close))
+    results = await asyncio.gather(*calls)
+    assert [r.report["fallback_reason"] for r in results] == [None] * 4
+
+
+def test_a_condense_that_passed_the_open_check_never_runs_on_a_closed_store(
+    tmp_path: Any,
+) -> None:
+    engine = Engine(EngineConfig(data_dir=str(tmp_path), pipeline=FORCE))
+    engine.condense(_wire(), session="warm")
+    engine.close()
+    with pytest.raises(EngineClosed):  # as a call that was switched out after its check
+        engine._locked(_wire(), "openai.chat", "s", None, "local", False)
+    with pytest.raises(EngineClosed):
+        _ = engine.store  # never opened again
+
+
+def test_an_unpickled_engine_from_before_the_closed_flag_works() -> None:
+    engine = make_engine("balanced", FORCE)
+    state = engine.__getstate__()
+    for name in ("_closed", "_store_closed"):
+        state.pop(name)
+    copy = Engine.__new__(Engine)
+    copy.__setstate__(state)
+    assert copy.condense(_wire(), session="s").report["fallback_reason"] is None

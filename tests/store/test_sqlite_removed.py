@@ -54,3 +54,16 @@ def test_an_engine_whose_data_dir_was_deleted_sends_originals(tmp_path: Path) ->
     assert later.request == _wire(5) and not later.changed
     assert later.report["fallback_reason"].startswith("StoreError: sqlite store failed to")
     engine.close()
+
+
+def test_a_relative_path_keeps_naming_the_file_opened_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = SqliteStore("rel.sqlite3")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    ref = store.put("t", "written after a chdir")
+    store.put_state("t", "s", b"state")
+    assert store.get("t", ref) == "written after a chdir"
+    store.close()

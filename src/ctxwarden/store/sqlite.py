@@ -133,7 +133,7 @@ class SqliteStore:
     def __init__(
         self, path: str | Path, *, ttl_seconds: float = 30 * 86400, max_bytes: int = 2 << 30
     ) -> None:
-        self.path = Path(path)
+        self.path = Path(os.path.abspath(path))  # the file opened, whatever the cwd later
         self.ttl = ttl_seconds
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
