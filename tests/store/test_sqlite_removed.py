@@ -67,3 +67,22 @@ def test_a_relative_path_keeps_naming_the_file_opened_after_a_chdir(
     store.put_state("t", "s", b"state")
     assert store.get("t", ref) == "written after a chdir"
     store.close()
+
+
+def test_a_stat_that_fails_for_another_reason_does_not_fail_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a network file system a stat may fail for a moment (ESTALE, EACCES): that
+    is no removed file, and the write goes on."""
+    import ctxwarden.store.sqlite as sqlite_module
+
+    store = SqliteStore(tmp_path / "store.sqlite3")
+
+    def flaky(path: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(sqlite_module.os, "stat", flaky)
+    ref = store.put("t", "written while stat failed")
+    monkeypatch.undo()
+    assert store.get("t", ref) == "written while stat failed"
+    store.close()

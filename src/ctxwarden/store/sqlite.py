@@ -113,10 +113,11 @@ def _folder_error(path: Path, exc: OSError) -> OSError:
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:
-    """The device and inode of the file at ``path`` (``None`` when there is none)."""
+    """The device and inode of the file at ``path`` (``None`` when there is none; any
+    other failure of the stat raises :class:`OSError`)."""
     try:
         found = os.stat(path)
-    except OSError:
+    except FileNotFoundError:
         return None
     return found.st_dev, found.st_ino
 
@@ -155,7 +156,10 @@ class SqliteStore:
             except BaseException:
                 self._db.close()
                 raise
-        self._file_id = _file_id(self.path)
+        try:
+            self._file_id = _file_id(self.path)
+        except OSError:  # the file opened but cannot be looked at: writes go unchecked
+            self._file_id = None
 
     @staticmethod
     def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
@@ -232,7 +236,13 @@ class SqliteStore:
         it was opened (a data directory deleted under a running engine): writes to the
         open, unlinked file would succeed and be lost at exit, and a reference sent to
         the model could never be recalled. The writer's segment then stays as sent."""
-        if _file_id(self.path) != self._file_id:
+        if self._file_id is None:
+            return
+        try:
+            now = _file_id(self.path)
+        except OSError:  # a stat that failed for another reason (a network file system's
+            return  # moment): the write goes on, as before the check
+        if now != self._file_id:
             raise StoreError(
                 f"sqlite store failed to {action}: {self.path} was removed or replaced "
                 "while open (make a new engine to use the file now there)"
