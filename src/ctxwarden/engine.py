@@ -241,6 +241,8 @@ class Engine:
         try:
             future = asyncio.get_running_loop().run_in_executor(thread, call)
         except RuntimeError:  # close shut the thread down between the check and here
+            if not self._closed:
+                raise  # another cause (a closed loop, interpreter shutdown): as it is
             raise EngineClosed(_CLOSED) from None
         return await future
 
