@@ -14,19 +14,10 @@ import pytest
 from ctxwarden import ConfigError, Engine, EngineConfig
 from ctxwarden.cli import main
 from ctxwarden.io import bundled_sessions
+from tests.cli.failing import fails
 from tests.cli.skipped import skips
 
 SESSION = str(bundled_sessions()[0])
-
-
-def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI; assert exit 2 with one error line and no traceback; the line."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "error:" in lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -49,7 +40,7 @@ def test_condense_with_an_invalid_pipeline_key_names_it(
 ) -> None:
     config = tmp_path / "bad.toml"
     config.write_text('[pipeline.mask]\nmin_tokens = "x"\n')
-    line = _fails(
+    line = fails(
         capsys, ["condense", SESSION, "--config", str(config), "--data-dir", str(tmp_path)]
     )
     assert "pipeline.mask.min_tokens" in line
@@ -69,7 +60,7 @@ def test_a_broken_gzip_file_is_named(
     if name.endswith(".jsonl.gz"):
         line = skips(capsys, ["replay", str(bad), "--quiet"])
     else:
-        line = _fails(capsys, ["condense", str(bad), "--data-dir", str(tmp_path)])
+        line = fails(capsys, ["condense", str(bad), "--data-dir", str(tmp_path)])
     assert f"{bad}: broken gzip data" in line
 
 
@@ -78,7 +69,7 @@ def test_a_config_that_is_not_utf8_is_named(
 ) -> None:
     config = tmp_path / "latin1.toml"
     config.write_bytes(b'mode = "\xff"\n')
-    line = _fails(capsys, ["condense", SESSION, "--config", str(config)])
+    line = fails(capsys, ["condense", SESSION, "--config", str(config)])
     assert f"{config}: not UTF-8 text" in line
 
 
@@ -87,7 +78,7 @@ def test_gates_in_a_replay_config_name_the_bad_key(
 ) -> None:
     config = tmp_path / "gated.toml"
     config.write_text('[gates]\nmin_reduction = "abc"\n')
-    line = _fails(capsys, ["replay", SESSION, "--config", str(config), "--quiet"])
+    line = fails(capsys, ["replay", SESSION, "--config", str(config), "--quiet"])
     assert f"{config}: gates.min_reduction" in line
 
 
@@ -120,12 +111,12 @@ def test_a_replay_error_names_the_file_and_session(
 
 
 def test_serve_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _fails(capsys, ["serve", "--port", "99999"])
+    line = fails(capsys, ["serve", "--port", "99999"])
     assert "port" in line and "99999" in line
 
 
 def test_serve_refuses_an_unknown_log_level(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _fails(capsys, ["serve", "--log-level", "bogus"])
+    line = fails(capsys, ["serve", "--log-level", "bogus"])
     assert "--log-level" in line
 
 
@@ -151,7 +142,7 @@ def test_store_commands_refuse_two_different_stores(
     never trims a store the user did not mean."""
     config = tmp_path / "c.toml"
     config.write_text(f'[store]\npath = "{tmp_path / "a.sqlite3"}"\n')
-    line = _fails(
+    line = fails(
         capsys, ["store", "gc", "--config", str(config), "--data-dir", str(tmp_path / "b")]
     )
     assert "store.path" in line

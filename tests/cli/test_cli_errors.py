@@ -14,19 +14,10 @@ from ctxwarden.cli.serve import settings_from_args
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.errors import ConfigError
 from ctxwarden.store import SqliteStore
+from tests.cli.failing import fails
 from tests.cli.skipped import skips
 
 REQUEST = '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
-
-
-def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI; assert exit 2, nothing on stdout, one error line and no traceback."""
-    assert main(argv) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "error:" in lines[0]
-    return lines[0]
 
 
 def _usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -81,7 +72,7 @@ def test_condense_fails_when_the_store_cannot_be_opened(
 ) -> None:
     """Not the original request with exit 0 (the engine's silent fallback)."""
     flags, message = broken(tmp_path)
-    line = _fails(capsys, ["condense", str(request_file), *flags])
+    line = fails(capsys, ["condense", str(request_file), *flags])
     assert line.startswith("ctxwarden condense: error: ") and message in line
 
 
@@ -90,7 +81,7 @@ def test_store_commands_name_the_store_that_cannot_be_opened(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, broken: Broken
 ) -> None:
     flags, message = broken(tmp_path)
-    line = _fails(capsys, ["store", "stats", *flags])
+    line = fails(capsys, ["store", "stats", *flags])
     assert message in line and "Errno" not in line
 
 
@@ -112,7 +103,7 @@ def test_messages_that_are_not_a_list(
     request = tmp_path / "m5.json"
     request.write_text('{"model": "gpt-4o", "messages": 5}')
     name, *flags = command.split()
-    line = _fails(capsys, [name, str(request), *flags, "--data-dir", str(tmp_path)])
+    line = fails(capsys, [name, str(request), *flags, "--data-dir", str(tmp_path)])
     assert "expected an array" in line and "/messages" in line
 
 
@@ -137,7 +128,7 @@ def test_a_block_type_that_is_not_a_string_is_not_a_crash(
 
 
 def test_fake_upstream_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _fails(capsys, ["fake-upstream", "--port", "99999"])
+    line = fails(capsys, ["fake-upstream", "--port", "99999"])
     assert "port: 99999 is not a TCP port" in line
 
 
@@ -148,10 +139,10 @@ def test_a_bad_fake_port_variable_fails_only_fake_upstream(
     data = str(request_file.parent / "data")
     assert main(["condense", str(request_file), "--mode", "exact", "--data-dir", data]) == 0
     capsys.readouterr()
-    line = _fails(capsys, ["fake-upstream"])
+    line = fails(capsys, ["fake-upstream"])
     assert "CTXWARDEN_FAKE_PORT" in line and "'abc'" in line
     monkeypatch.setenv("CTXWARDEN_FAKE_PORT", "70000")
-    assert "CTXWARDEN_FAKE_PORT: 70000" in _fails(capsys, ["fake-upstream"])
+    assert "CTXWARDEN_FAKE_PORT: 70000" in fails(capsys, ["fake-upstream"])
 
 
 @pytest.mark.parametrize(
@@ -194,7 +185,7 @@ def test_recall_past_the_end_of_a_one_line_original(
     ref = store.put(DEFAULT_TENANT, "one line")
     store.close()
     argv = ["recall", ref, "--lines", "5", "--data-dir", str(tmp_path)]
-    line = _fails(capsys, argv)
+    line = fails(capsys, argv)
     assert line.endswith(f"{ref} has 1 line")
 
 
@@ -216,11 +207,11 @@ def test_a_config_error_names_its_file_and_key(
     good.write_text("[pipeline.planner]\nfloor_ratio = 0.05\n")
     bad.write_text(toml)
     expected = f"{bad}: {key}: "
-    assert expected in _fails(capsys, ["condense", str(request_file), "--config", str(bad)])
+    assert expected in fails(capsys, ["condense", str(request_file), "--config", str(bad)])
     sessions = tmp_path / "none"
     sessions.mkdir()
     argv = ["replay", str(sessions), "--config", str(good), "--config", str(bad)]
-    assert expected in _fails(capsys, argv)
+    assert expected in fails(capsys, argv)
     with pytest.raises(ConfigError) as info:
         Engine.from_file(bad)
     assert str(info.value).startswith(expected) and info.value.key == key
@@ -245,7 +236,7 @@ def test_an_explicit_api_the_request_plainly_is_not_is_refused(
 ) -> None:
     path = tmp_path / "request.json"
     path.write_text(body)
-    line = _fails(capsys, ["condense", str(path), "--api", api])
+    line = fails(capsys, ["condense", str(path), "--api", api])
     assert where in line
 
 
@@ -269,7 +260,7 @@ def test_replay_refuses_an_output_it_cannot_write_before_replaying(
     monkeypatch.setattr(replay_cli, "run_replay", no_replay)
     for out, message in ((tmp_path / "no" / "r.out", "no such directory"),
                          (tmp_path, "is a directory")):  # fmt: skip
-        line = _fails(capsys, ["replay", flag, str(out)])
+        line = fails(capsys, ["replay", flag, str(out)])
         assert f"{out}: {message}" in line
 
 
@@ -292,9 +283,9 @@ def test_a_preset_flag_overrides_the_config_files_preset(
     assert main(["condense", str(request_file), "--config", str(config), "--preset",
                  "balanced"]) == 0  # fmt: skip
     capsys.readouterr()
-    line = _fails(capsys, ["condense", str(request_file), "--config", str(config)])
+    line = fails(capsys, ["condense", str(request_file), "--config", str(config)])
     assert f"{config}: preset: unknown preset 'fast'" in line
-    line = _fails(capsys, ["condense", str(request_file), "--preset", "fastest"])
+    line = fails(capsys, ["condense", str(request_file), "--preset", "fastest"])
     assert "preset: unknown preset 'fastest'" in line and str(config) not in line
 
 
@@ -304,7 +295,7 @@ def test_reading_commands_do_not_make_a_store(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
 ) -> None:
     where = tmp_path / "new" / "dir"
-    line = _fails(capsys, [*command, "--data-dir", str(where)])
+    line = fails(capsys, [*command, "--data-dir", str(where)])
     assert f"no store at {where / 'store.sqlite3'}" in line
     assert not (tmp_path / "new").exists()
 

@@ -14,18 +14,9 @@ from ctxwarden.cli.store import _where
 from ctxwarden.config import EngineConfig
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.store import SqliteStore
+from tests.cli.failing import fails
 
 UNPAIRED = '{"model": "gpt-4o", "messages": [{"role": "tool", "content": "x"}]}'
-
-
-def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Exit 2, nothing on stdout, one error line and no traceback; that line."""
-    assert main(argv) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1
-    return lines[0]
 
 
 @pytest.mark.parametrize("command", ["condense", "inspect"])
@@ -34,7 +25,7 @@ def test_a_structural_error_names_the_file(
 ) -> None:
     path = tmp_path / "request.json"
     path.write_text(UNPAIRED)
-    line = _fails(capsys, [command, str(path), "--data-dir", str(tmp_path)])
+    line = fails(capsys, [command, str(path), "--data-dir", str(tmp_path)])
     assert line == (
         f"ctxwarden {command}: error: {path}: expected a string, got null "
         "at /messages/0/tool_call_id"
@@ -47,7 +38,7 @@ def test_a_request_on_stdin_is_named_stdin(
     for body, message in ((UNPAIRED, "expected a string, got null"), ("nope", "not JSON")):
         stdin = io.TextIOWrapper(io.BytesIO(body.encode()))
         monkeypatch.setattr("sys.stdin", stdin)
-        line = _fails(capsys, ["condense", "-", "--data-dir", str(tmp_path)])
+        line = fails(capsys, ["condense", "-", "--data-dir", str(tmp_path)])
         assert line.startswith(f"ctxwarden condense: error: <stdin>: {message}")
 
 
@@ -56,7 +47,7 @@ def test_a_file_that_is_not_json_is_named_once(
 ) -> None:
     path = tmp_path / "request.json"
     path.write_text("nope")
-    line = _fails(capsys, ["condense", str(path), "--data-dir", str(tmp_path)])
+    line = fails(capsys, ["condense", str(path), "--data-dir", str(tmp_path)])
     assert line.startswith(f"ctxwarden condense: error: {path}: not JSON (")
     assert line.count(str(path)) == 1
 
@@ -66,7 +57,7 @@ def test_store_errors_name_the_subcommand(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, sub: str
 ) -> None:
     where = tmp_path / "nothing"
-    line = _fails(capsys, ["store", sub, "--data-dir", str(where)])
+    line = fails(capsys, ["store", sub, "--data-dir", str(where)])
     assert line.startswith(f"ctxwarden store {sub}: error: no store at {where / 'store.sqlite3'}")
 
 
@@ -112,7 +103,7 @@ def test_recall_refuses_a_bad_reference_or_range_before_opening_a_store(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
 ) -> None:
     """Whatever the store (here: none at all), the argument is the error."""
-    line = _fails(capsys, ["recall", *argv, "--data-dir", str(tmp_path / "none")])
+    line = fails(capsys, ["recall", *argv, "--data-dir", str(tmp_path / "none")])
     assert line.startswith(f"ctxwarden recall: error: {message}")
     assert not (tmp_path / "none").exists()
 
@@ -123,7 +114,7 @@ def test_recall_with_an_empty_range_does_not_print_the_original(
     store = SqliteStore(tmp_path / "store.sqlite3")
     ref = store.put(DEFAULT_TENANT, "first\nsecond\n")
     store.close()
-    line = _fails(capsys, ["recall", ref, "--lines=", "--data-dir", str(tmp_path)])
+    line = fails(capsys, ["recall", ref, "--lines=", "--data-dir", str(tmp_path)])
     assert "--lines is empty" in line
     assert main(["recall", ref, "--lines=2", "--data-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out == "second\n"

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from ctxwarden.cli import main
 from ctxwarden.errors import MalformedRequest
 from ctxwarden.io import check_api, guess_api
 from tests.adapters.test_sdk_shapes import RESPONSES_TOP, SHAPES, Shape, _long, _short
+from tests.cli.failing import fails
 
 ANTHROPIC = {
     "model": "claude-sonnet-4",
@@ -27,13 +27,6 @@ ANTHROPIC = {
     ],
 }  # fmt: skip
 NO_SYSTEM = {k: v for k, v in ANTHROPIC.items() if k != "system"}
-
-
-def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert main(argv) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and "Traceback" not in err and len(err.splitlines()) == 1
-    return err.strip()
 
 
 @pytest.mark.parametrize(
@@ -61,7 +54,7 @@ def test_a_body_of_another_api_is_refused_naming_the_file_and_where(
 ) -> None:
     path = tmp_path / "request.json"
     path.write_text(json.dumps(body))
-    line = _fails(capsys, ["condense", str(path), "--api", api, "--data-dir", str(tmp_path)])
+    line = fails(capsys, ["condense", str(path), "--api", api, "--data-dir", str(tmp_path)])
     assert line.startswith(f"ctxwarden condense: error: {path}: ")
     assert message in line
 
