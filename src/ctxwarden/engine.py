@@ -22,7 +22,7 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,25 +197,20 @@ class Engine:
         names it in the report)."""
         _check_call(session, mode, tenant, one_shot)
         self._check_open()
-        return self._locked(request, api, session, mode, tenant, one_shot)
+        return self._locked(
+            functools.partial(
+                self._condense, request, api, session=session, mode=mode, tenant=tenant,
+                one_shot=one_shot,
+            )
+        )  # fmt: skip
 
-    def _locked(
-        self,
-        request: Mapping[str, Any],
-        api: str,
-        session: str | None,
-        mode: Mode | None,
-        tenant: str,
-        one_shot: bool,
-    ) -> CondenseResult:
-        """One condense at a time (the calls' checks done); none once the store is
-        closed (a call that passed the open check while close ran)."""
+    def _locked(self, condense: Callable[[], CondenseResult]) -> CondenseResult:
+        """``condense()``, one at a time (the calls' checks done); none once the store
+        is closed (a call that passed the open check while close ran)."""
         with self._lock:
             if self._store_closed:
                 raise EngineClosed(_CLOSED)
-            return self._condense(
-                request, api, session=session, mode=mode, tenant=tenant, one_shot=one_shot
-            )
+            return condense()
 
     async def acondense(
         self,
@@ -237,7 +232,11 @@ class Engine:
             if self._async_thread is None:
                 self._async_thread = ThreadPoolExecutor(1, "ctxwarden-acondense")
             thread = self._async_thread  # a call made before close runs (close waits)
-        call = functools.partial(self._locked, request, api, session, mode, tenant, one_shot)
+        condense = functools.partial(
+            self._condense, request, api, session=session, mode=mode, tenant=tenant,
+            one_shot=one_shot,
+        )  # fmt: skip
+        call = functools.partial(self._locked, condense)
         try:
             future = asyncio.get_running_loop().run_in_executor(thread, call)
         except RuntimeError:  # close shut the thread down between the check and here

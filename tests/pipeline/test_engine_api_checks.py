@@ -128,7 +128,7 @@ def test_a_condense_that_passed_the_open_check_never_runs_on_a_closed_store(
     engine.condense(_wire(), session="warm")
     engine.close()
     with pytest.raises(EngineClosed):  # as a call that was switched out after its check
-        engine._locked(_wire(), "openai.chat", "s", None, "local", False)
+        engine._locked(lambda: pytest.fail("a condense ran on the closed store"))
     with pytest.raises(EngineClosed):
         _ = engine.store  # never opened again
 
