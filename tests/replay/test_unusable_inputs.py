@@ -22,16 +22,23 @@ UNUSABLE = [
 ]
 
 
+def _beside_a_good_session(tmp_path: Path, name: str, text: str) -> tuple[Path, Path, list[str]]:
+    """The file ``name`` holding ``text``, the JSON report's path, and the replay
+    command over a good session and that file."""
+    good = tmp_path / "a_good.json"
+    good.write_text(json.dumps({"id": "a_good", "messages": tool_session()}))
+    other = tmp_path / name
+    other.write_text(text)
+    report = tmp_path / "report.json"
+    argv = ["replay", str(good), str(other), "--no-baselines", "--quiet", "--json", str(report)]
+    return other, report, argv
+
+
 @pytest.mark.parametrize(("name", "text", "message"), UNUSABLE)
 def test_an_input_with_no_usable_request_is_skipped(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str, message: str
 ) -> None:
-    good = tmp_path / "a_good.json"
-    good.write_text(json.dumps({"id": "a_good", "messages": tool_session()}))
-    bad = tmp_path / name
-    bad.write_text(text)
-    report = tmp_path / "report.json"
-    argv = ["replay", str(good), str(bad), "--no-baselines", "--quiet", "--json", str(report)]
+    bad, report, argv = _beside_a_good_session(tmp_path, name, text)
     line = skips(capsys, argv)
     assert line.startswith(f"ctxwarden replay: error: {bad}: ") and message in line
     data = json.loads(report.read_text())
@@ -69,12 +76,7 @@ def test_an_input_of_no_turn_is_not_an_error(
     """A session that ended before the agent's first answer (or an empty proxy log) is
     valid input with nothing to replay: no skip, exit 0 (an evaluation over many
     sessions must not fail on one), and no request in any figure."""
-    good = tmp_path / "a_good.json"
-    good.write_text(json.dumps({"id": "a_good", "messages": tool_session()}))
-    quiet = tmp_path / name
-    quiet.write_text(text)
-    report = tmp_path / "report.json"
-    argv = ["replay", str(good), str(quiet), "--no-baselines", "--quiet", "--json", str(report)]
+    _, report, argv = _beside_a_good_session(tmp_path, name, text)
     assert main(argv) == 0
     assert "error" not in capsys.readouterr().err
     data = json.loads(report.read_text())
