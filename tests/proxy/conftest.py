@@ -6,6 +6,7 @@ outlives its test.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -22,6 +23,13 @@ from ctxwarden.telemetry import MemoryRecorder
 SECRET = b"0123456789abcdef0123456789abcdef"
 KEY_A = "sk-test-tenant-a"
 KEY_B = "sk-test-tenant-b"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound once by the OS and released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from ctxwarden.cli.serve import env_flag, settings_from_args
 from ctxwarden.errors import ConfigError
 from ctxwarden.proxy.server import _without_credentials
 from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
+from tests.proxy.conftest import free_port
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -54,12 +54,6 @@ def test_tenant_secret_is_stable_private_and_keys_never_contain_the_credential(
     assert TenantKeys(secret).for_headers({}) == "t-anonymous"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait(url: str) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -72,7 +66,7 @@ def _wait(url: str) -> None:
 
 
 def test_serve_against_fake_upstream_processes(tmp_path: Path) -> None:
-    fake_port, proxy_port = _free_port(), _free_port()
+    fake_port, proxy_port = free_port(), free_port()
     exe = [sys.executable, "-m", "ctxwarden"]
     env = {**os.environ, "CTXWARDEN_OPENAI_UPSTREAM": f"http://127.0.0.1:{fake_port}",
            "CTXWARDEN_ANTHROPIC_UPSTREAM": f"http://127.0.0.1:{fake_port}",
@@ -105,7 +99,7 @@ def test_serve_against_fake_upstream_processes(tmp_path: Path) -> None:
 
 
 def test_serve_with_bundled_fake_upstream_is_one_command(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     proxy = subprocess.Popen(
         [sys.executable, "-m", "ctxwarden", "serve", "--fake-upstream", "--port", str(port),
          "--data-dir", str(tmp_path)],
@@ -211,7 +205,7 @@ def test_a_mistyped_fake_upstream_variable_stops_serve_naming_it(tmp_path: Path)
     """A typo must not start the proxy against the real APIs."""
     env = {**os.environ, "CTXWARDEN_FAKE_UPSTREAM": "ture"}
     done = subprocess.run(
-        [sys.executable, "-m", "ctxwarden", "serve", "--port", str(_free_port()),
+        [sys.executable, "-m", "ctxwarden", "serve", "--port", str(free_port()),
          "--data-dir", str(tmp_path)],
         env=env, capture_output=True, timeout=60,
     )  # fmt: skip

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from typing import Any
 
 import aiohttp
@@ -16,16 +15,10 @@ import pytest
 from ctxwarden import Engine, EngineConfig
 from ctxwarden.errors import StoreError
 from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall
-from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory, free_port
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -37,7 +30,7 @@ async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> t
 
 
 async def test_upstream_down_is_502_in_each_apis_shape(make_proxy: ProxyFactory) -> None:
-    dead = f"http://127.0.0.1:{_closed_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     async with make_proxy(openai_upstream=dead, anthropic_upstream=dead) as proxy:
         async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
                                       max_retries=0) as client:  # fmt: skip

@@ -31,16 +31,10 @@ from ctxwarden.errors import ConfigError
 from ctxwarden.proxy import Reply
 from ctxwarden.proxy.listen import ListenError
 from ctxwarden.proxy.upstream import upstream_name
-from tests.proxy.conftest import KEY_A, ProxyFactory
+from tests.proxy.conftest import KEY_A, ProxyFactory, free_port
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -68,7 +62,7 @@ def _serve(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 
 def test_the_startup_line_is_info_and_shown_by_default(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     proxy = subprocess.Popen(
         [sys.executable, "-m", "ctxwarden", "serve", "--fake-upstream", "--port", str(port),
          "--data-dir", str(tmp_path)],
@@ -113,7 +107,7 @@ async def test_an_upstream_timeout_is_a_warning_streamed_or_not(make_proxy: Prox
 async def test_an_unreachable_upstream_is_a_warning_named_by_host_never_by_key(
     make_proxy: ProxyFactory,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     # a URL holding a user name or password is refused when serve starts; a query may
     # still hold a key, and the message names the host and port alone
     dead = f"http://127.0.0.1:{port}/base?key=sk-query"
