@@ -21,6 +21,7 @@ from aiohttp import web
 from ctxwarden.proxy.listen import start_site
 from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.state import STATE
+from ctxwarden.proxy.upstream import plain_netloc
 
 __all__ = ["RunningServer", "install_kill_switch_signal", "serve_forever"]
 
@@ -116,10 +117,7 @@ def _without_credentials(url: str) -> str:
     password or query (where gateways put keys); never raises."""
     try:
         parts = urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port is not None:
-            netloc += f":{parts.port}"
+        netloc = plain_netloc(parts)
     except ValueError:
         return "<unreadable url>"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

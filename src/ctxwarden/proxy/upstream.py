@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -39,6 +39,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamTimeout",
     "UpstreamUnavailable",
+    "plain_netloc",
     "request_headers",
     "response_headers",
     "translate_read_error",
@@ -181,10 +182,14 @@ def upstream_name(url: str) -> str:
     """The upstream ``url`` goes to, for an error message: its host and port, never a
     user name, password, path or query (where gateways put keys); never raises."""
     try:
-        parts = urlsplit(url)
-        host = parts.hostname or "?"
-        port = parts.port
+        return plain_netloc(urlsplit(url), missing="?")
     except ValueError:
         return "<unreadable url>"
+
+
+def plain_netloc(parts: SplitResult, *, missing: str = "") -> str:
+    """The host (``missing`` when none; IPv6 in brackets) and port of ``parts``, never a
+    user name or password; :class:`ValueError` for a port that is not one."""
+    host = parts.hostname or missing
     name = f"[{host}]" if ":" in host else host
-    return name if port is None else f"{name}:{port}"
+    return name if parts.port is None else f"{name}:{parts.port}"
