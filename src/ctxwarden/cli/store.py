@@ -32,8 +32,7 @@ from ctxwarden.config import EngineConfig, StoreConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.errors import ConfigError, RequestError, StoreError
 from ctxwarden.store import Store, default_data_dir, open_store, sqlite_path
-from ctxwarden.store.base import REF_PATTERN
-from ctxwarden.store.recall import parse_line_range, recall_text
+from ctxwarden.store.recall import checked_ref, parse_line_range, recall_text
 
 __all__ = ["register"]
 
@@ -119,11 +118,7 @@ def _not_made(path: Path) -> bool:
 def _check_recall_args(ref: str, lines: str | None) -> None:
     """Refuse, before any store is opened, a ``ref`` that is no reference and a
     ``--lines`` that is empty or no range (:class:`RequestError` naming it)."""
-    if not REF_PATTERN.fullmatch(ref.strip()):
-        raise RequestError(
-            f"{ref!r} is not a ctxwarden reference (cw: and 12 lowercase hex digits, "
-            "e.g. cw:5f3a9c21e0b4)"
-        )
+    checked_ref(ref)
     if lines is not None and not lines.strip():
         raise RequestError("--lines is empty (give A-B or A, or leave --lines out)")
     parse_line_range(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ctxwarden.errors import RequestError
 from ctxwarden.store.base import REF_PATTERN, Store
 
-__all__ = ["MAX_RECALL_LINES", "parse_line_range", "recall_text"]
+__all__ = ["MAX_RECALL_LINES", "checked_ref", "parse_line_range", "recall_text"]
 
 MAX_RECALL_LINES = 5000
 """Lines one range gives at most: ``A-B`` past it ends at line ``A + 4999`` (ask again
@@ -30,14 +30,23 @@ def parse_line_range(spec: str | None) -> tuple[int, int] | None:
     return start, min(end, start + MAX_RECALL_LINES - 1)
 
 
+def checked_ref(ref: object) -> str:
+    """``ref`` without surrounding whitespace; :class:`RequestError` naming it when it
+    is no reference (a malformed string, or no string at all)."""
+    if not isinstance(ref, str) or not REF_PATTERN.fullmatch(ref.strip()):
+        raise RequestError(
+            f"{ref!r} is not a ctxwarden reference (cw: and 12 lowercase hex digits, "
+            "e.g. cw:5f3a9c21e0b4)"
+        )
+    return ref.strip()
+
+
 def recall_text(store: Store, ref: str, lines: str | None = None, *, tenant: str) -> str:
     """The text behind ``ref`` (``cw:<12 hex>``), optionally lines ``A-B`` only.
 
     Raises :class:`RequestError` for what is not a reference (or not a range), and
     :class:`~ctxwarden.errors.ArtifactMissing` for a reference the store lacks."""
-    if not isinstance(ref, str) or not REF_PATTERN.fullmatch(ref.strip()):
-        raise RequestError(f"{ref!r} is not a ctxwarden reference (cw: and 12 hex digits)")
-    ref = ref.strip()
+    ref = checked_ref(ref)
     window = parse_line_range(lines)  # a bad range is the caller's error, found or not
     text = store.get(tenant, ref)
     if window is None:
