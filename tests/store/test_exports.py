@@ -20,7 +20,12 @@ EXPECTED = {
     },
     "ctxwarden.store.redis_store": {"RedisStore"},
     "ctxwarden.store.postgres_store": {"MIGRATIONS", "PostgresStore"},
-    "ctxwarden.store.recall": {"MAX_RECALL_LINES", "checked_ref", "parse_line_range", "recall_text"},
+    "ctxwarden.store.recall": {
+        "MAX_RECALL_LINES",
+        "checked_ref",
+        "parse_line_range",
+        "recall_text",
+    },
     "ctxwarden.cli.store": {"register"},
 }
 
