@@ -131,7 +131,7 @@ def _proxy_tenant(variable: str, data_dir: str | None) -> str:
     """The tenant the proxy files a client's originals under: the keyed hash of the API
     key in the environment ``variable`` with the data directory's ``proxy.secret``
     (:class:`ConfigError` naming what is missing; the key is never shown)."""
-    from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
+    from ctxwarden.proxy.tenant import TenantKeys, credential_of, load_or_create_secret
 
     if not _ENV_NAME.fullmatch(variable):  # a key pasted here by mistake is not echoed
         raise ConfigError(
@@ -139,10 +139,9 @@ def _proxy_tenant(variable: str, data_dir: str | None) -> str:
             "the key, e.g. OPENAI_API_KEY, never the key itself)",
             "--credential-env",
         )
-    credential = os.environ.get(variable, "").strip()
-    scheme, _, token = credential.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():  # as the proxy reads the header
-        credential = token.strip()
+    value = os.environ.get(variable, "")
+    # a "Bearer ..." value read as the proxy reads that header
+    credential = credential_of({"authorization": value}) or value.strip()
     if not credential:
         raise ConfigError(
             f"the environment variable {variable} is unset or empty", "--credential-env"
