@@ -108,12 +108,16 @@ _NUMBERS_WITHOUT_DEFAULT: dict[str, type[int] | type[float]] = {
 """Number options whose default (``None``) is decided later, by the settings."""
 
 
-def _given_as(args: argparse.Namespace, flag: str, env: Mapping[str, str]) -> str:
-    """How the user gave ``flag``'s value: the flag itself, else its variable when set,
-    else the flag (its default was used)."""
+def _given_as(
+    args: argparse.Namespace, flag: str, env: Mapping[str, str], variable: str | None = None
+) -> str:
+    """How the user gave ``flag``'s value: the flag itself, else its variable
+    (``variable``, by default ``serve``'s name for it) when set, else the flag (its
+    default was used)."""
     if getattr(args, flag.lstrip("-").replace("-", "_"), None) is not None:
         return flag
-    return _env_name(flag) if env.get(_env_name(flag)) is not None else flag
+    variable = variable or _env_name(flag)
+    return variable if env.get(variable) is not None else flag
 
 
 def _option(args: argparse.Namespace, flag: str, default: Any, env: dict[str, str]) -> Any:
@@ -266,16 +270,13 @@ def _fake_upstream(args: argparse.Namespace) -> int:
         port = _tcp_port(
             os.environ.get("CTXWARDEN_FAKE_PORT", str(_FAKE_PORT)), "CTXWARDEN_FAKE_PORT"
         )
-    given = {  # how the address was given: the flag, else its variable (the default: the flag)
-        "host": "CTXWARDEN_FAKE_HOST" if args.host is None and host else "--host",
-        "port": "CTXWARDEN_FAKE_PORT"
-        if args.port is None and "CTXWARDEN_FAKE_PORT" in os.environ
-        else "--port",
-    }
     try:
         asyncio.run(run_fake_upstream(host or "127.0.0.1", port, args.text))
     except ListenError as exc:
-        raise ConfigError(str(exc), given[exc.option]) from exc
+        flag = f"--{exc.option}"
+        variable = f"CTXWARDEN_FAKE_{exc.option.upper()}"
+        used = {k: v for k, v in os.environ.items() if v}  # an empty host is no host
+        raise ConfigError(str(exc), _given_as(args, flag, used, variable)) from exc
     except KeyboardInterrupt:
         return 0
     return 0
