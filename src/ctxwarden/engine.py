@@ -42,7 +42,7 @@ from ctxwarden.errors import (
 )
 from ctxwarden.model.classify import classify
 from ctxwarden.model.conversation import Conversation
-from ctxwarden.model.hashing import element_hashes
+from ctxwarden.model.hashing import element_hashes, wire_size
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
 from ctxwarden.pipeline.presets import resolve_pipeline
@@ -268,7 +268,7 @@ class Engine:
             hashes = element_hashes(conversation)
             element_tokens = counter.element_tokens(conversation, hashes)
             session_key = session or derive_session_key(conversation)
-            bytes_before = _json_size(request)
+            bytes_before = wire_size(conversation)
         except MalformedRequest:
             raise
         except Exception as exc:  # JSON-incompatible values, huge integers: forward as is
@@ -308,7 +308,9 @@ class Engine:
                 one_shot=one_shot,
             )
             try:
-                rendered = self._render_checked(conversation, outcome, adapter.render)
+                rendered, rendered_size = self._render_checked(
+                    conversation, outcome, adapter.render
+                )
             except Exception:
                 with contextlib.suppress(Exception):  # best effort: the fallback stands
                     outcome.commit_original()
@@ -330,7 +332,7 @@ class Engine:
         report.update(outcome.report)
         if outcome.conversation is not conversation and rendered is not None:
             report["rewritten"] = True
-            report["bytes_after"] = _json_size(rendered)
+            report["bytes_after"] = rendered_size
             if self.config.include_contents_in_report:  # asked for: the texts sent instead
                 report["contents"] = [
                     {"path": json_pointer(path), "text": text}
@@ -351,12 +353,13 @@ class Engine:
     @staticmethod
     def _render_checked(
         original: Conversation, outcome: CondenseOutcome, render: Any
-    ) -> dict[str, Any] | None:
+    ) -> tuple[dict[str, Any] | None, int]:
+        """The rewritten request rendered and validated, with its size in bytes as
+        compact JSON; ``(None, 0)`` when nothing was rewritten."""
         if outcome.conversation is original:
-            return None
+            return None, 0
         rendered: dict[str, Any] = render(outcome.conversation)
-        validate_rewrite(original, outcome.conversation, rendered)
-        return rendered
+        return rendered, validate_rewrite(original, outcome.conversation, rendered)
 
     def recall(self, ref: str, lines: str | None = None, *, tenant: str = DEFAULT_TENANT) -> str:
         """The original text behind a reference, or a line range ``A-B`` of it."""
@@ -466,15 +469,6 @@ def _unread_reason(exc: Exception) -> str:
     if isinstance(exc, orjson.JSONEncodeError):
         return f"{exc.__class__.__name__}: {str(exc)[:120]}"
     return exc.__class__.__name__
-
-
-def _json_size(request: Any) -> int | None:
-    """Bytes of ``request`` as compact JSON (what the wire would carry without
-    whitespace; ``None`` if it holds a value JSON cannot encode)."""
-    try:
-        return len(orjson.dumps(request))
-    except TypeError:
-        return None
 
 
 def _ms(started: float) -> float:

@@ -12,6 +12,7 @@ import importlib
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,9 +41,10 @@ def _classify_fresh(conversation: Conversation) -> Conversation:
 
 def _parse_fresh(request: dict[str, Any]) -> Conversation:
     memo = base.item_memo()
-    messages, hashes = base.parse_items(request["messages"], "messages", openai_chat._message, memo)
-    assert hashes == tuple(item_digest(m) for m in request["messages"])
-    return messages  # type: ignore[return-value]
+    parsed = base.parse_items(request["messages"], "messages", openai_chat._message, memo)
+    assert parsed.hashes == tuple(item_digest(m) for m in request["messages"])
+    assert parsed.sizes == tuple(len(orjson.dumps(m)) for m in request["messages"])
+    return parsed.messages  # type: ignore[return-value]
 
 
 @settings(max_examples=60, deadline=None)

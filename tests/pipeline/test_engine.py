@@ -464,10 +464,10 @@ def test_a_whole_request_fallback_is_what_the_next_request_extends(
     failing: set[int] = set()
     turn = 0
 
-    def validate(*args: Any) -> None:
+    def validate(*args: Any) -> int:
         if turn in failing:
             raise ValidationFailed("injected for the test")
-        real(*args)
+        return real(*args)
 
     monkeypatch.setattr(engine_module, "validate_rewrite", validate)
     engine = make_engine("balanced", FORCE)

@@ -137,12 +137,13 @@ def parse(wire: Any) -> Conversation:
     """Parse a Messages request body (see :mod:`ctxwarden.adapters.base`)."""
     body = expect_object(wire, ())
     messages = expect(body.get("messages"), list, ("messages",))
-    parsed, hashes = parse_items(messages, "messages", _message, _MEMO)
+    parsed = parse_items(messages, "messages", _message, _MEMO)
     conversation = Conversation(
         api="anthropic.messages",
         wire=body,
-        messages=parsed,
-        item_hashes=hashes,
+        messages=parsed.messages,
+        item_hashes=parsed.hashes,
+        item_sizes=parsed.sizes,
         system=_system(body.get("system")),
         model=optional_str(body, "model", ()),
         tool_names=_tool_names(body.get("tools")),

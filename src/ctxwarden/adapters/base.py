@@ -17,12 +17,13 @@ import orjson
 from ctxwarden.errors import MalformedRequest
 from ctxwarden.memo import MESSAGE_MEMO_BYTES, MESSAGE_MEMO_LIMIT, BoundedMemo
 from ctxwarden.model.conversation import Conversation, Message
-from ctxwarden.model.hashing import item_digest
+from ctxwarden.model.hashing import digest
 from ctxwarden.model.parts import Path
 
 __all__ = [
     "Adapter",
     "ItemMemo",
+    "ParsedItems",
     "check_pairing",
     "expect",
     "expect_object",
@@ -55,32 +56,49 @@ def item_memo() -> ItemMemo:
     return BoundedMemo(MESSAGE_MEMO_LIMIT, MESSAGE_MEMO_BYTES)
 
 
+@dataclass(frozen=True, slots=True)
+class ParsedItems:
+    """A request's message list parsed: the messages, and when every item is JSON,
+    each item's content hash and compact-JSON size (else both empty)."""
+
+    messages: tuple[Message, ...]
+    hashes: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+
 def parse_items(
     items: list[Any], key: str, parse_item: Callable[[Any, Path], Message], memo: ItemMemo
-) -> tuple[tuple[Message, ...], tuple[str, ...]]:
-    """Every item of a request's message list parsed, and each item's content hash.
+) -> ParsedItems:
+    """Every item of a request's message list parsed, with each item's content hash
+    and size.
 
     Agents resend their whole history every turn. An item with the same JSON at the
     same position parses to the same immutable :class:`Message`, so it is looked up in
     ``memo`` (by position and content hash) instead of parsed again; the hashes are the
-    element hashes the planner needs anyway. An item that is not JSON (a library
-    caller's Python object) is parsed without the memo and has no hash.
+    element hashes the planner needs anyway, and the sizes, read off the same encoding,
+    give the request's size without encoding it again. An item that is not JSON (a
+    library caller's Python object) is parsed without the memo and has neither.
     """
     messages: list[Message] = []
     hashes: list[str] = []
+    sizes: list[int] = []
     for i, item in enumerate(items):
         try:
-            h = item_digest(item)
+            encoded = orjson.dumps(item)
         except TypeError:
             messages.append(parse_item(item, (key, i)))
             continue
+        h = digest(encoded)
         hashes.append(h)
+        sizes.append(len(encoded))
         message = memo.get((i, h), None)
         if message is None:
             parsed = parse_item(item, (key, i))
             message = memo.put((i, h), parsed, parsed.footprint())
         messages.append(message)
-    return tuple(messages), tuple(hashes) if len(hashes) == len(items) else ()
+    if len(hashes) != len(items):
+        return ParsedItems(tuple(messages), (), ())
+    return ParsedItems(tuple(messages), tuple(hashes), tuple(sizes))
 
 
 _TYPE_NAMES: dict[type, str] = {

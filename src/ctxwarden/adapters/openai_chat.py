@@ -153,12 +153,13 @@ def parse(wire: Any) -> Conversation:
     """Parse a Chat Completions request body (see :mod:`ctxwarden.adapters.base`)."""
     body = expect_object(wire, ())
     messages = expect(body.get("messages"), list, ("messages",))
-    parsed, hashes = parse_items(messages, "messages", _message, _MEMO)
+    parsed = parse_items(messages, "messages", _message, _MEMO)
     conversation = Conversation(
         api="openai.chat",
         wire=body,
-        messages=parsed,
-        item_hashes=hashes,
+        messages=parsed.messages,
+        item_hashes=parsed.hashes,
+        item_sizes=parsed.sizes,
         model=optional_str(body, "model", ()),
         tool_names=_tool_names(body.get("tools")),
     )

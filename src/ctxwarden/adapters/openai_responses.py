@@ -239,6 +239,7 @@ def parse(wire: Any) -> Conversation:
     body = expect_object(wire, ())
     raw_input = body.get("input")
     hashes: tuple[str, ...] = ()
+    sizes: tuple[int, ...] = ()
     if raw_input is None:
         messages: tuple[Message, ...] = ()
     elif isinstance(raw_input, str):
@@ -246,7 +247,8 @@ def parse(wire: Any) -> Conversation:
         messages = (Message(role="user", parts=(text,), path=("input",)),)
     else:
         items = expect_text_or_list(raw_input, ("input",))
-        messages, hashes = parse_items(items, "input", _item, _MEMO)
+        parsed = parse_items(items, "input", _item, _MEMO)
+        messages, hashes, sizes = parsed.messages, parsed.hashes, parsed.sizes
     system: tuple[Part, ...] = ()
     instructions = optional_str(body, "instructions", ())
     if instructions is not None:
@@ -262,6 +264,7 @@ def parse(wire: Any) -> Conversation:
         previous_response_id=previous,
         messages_key="input",
         item_hashes=hashes,
+        item_sizes=sizes,
     )
     # outputs may answer calls held upstream: a previous response, a stored conversation,
     # or items sent by reference

@@ -101,6 +101,8 @@ class Conversation:
     """Content hashes of the wire's message items, in order, when the adapter computed
     them while parsing (:func:`ctxwarden.model.hashing.element_hashes` reuses them;
     they describe ``wire``, which every derived copy shares)."""
+    item_sizes: tuple[int, ...] = ()
+    """Compact-JSON sizes of the same items, in bytes, when the hashes are there."""
 
     def edited_texts(self, messages: Iterable[Message] | None = None) -> Iterator[TextPart]:
         """Every text part a pass has rewritten: of the system parts and of ``messages``

@@ -1,7 +1,8 @@
 """Element hashes of a request: the head (system, instructions, tools), then each message.
 
 Two requests share a cached prefix exactly as far as their element hashes agree; the
-planner and the token counter's per-message memo both key on them.
+planner and the token counter's per-message memo both key on them. Also the request's
+size as compact JSON, read off the items' encodings that hashing made.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import orjson
 
 from ctxwarden.model.conversation import Conversation
 
-__all__ = ["digest", "element_hashes", "item_digest"]
+__all__ = ["digest", "element_hashes", "item_digest", "wire_size"]
 
 
 def digest(data: bytes) -> str:
@@ -38,3 +39,20 @@ def element_hashes(conversation: Conversation) -> list[str]:
     elif items is not None:
         hashes.append(digest(orjson.dumps(items)))
     return hashes
+
+
+def wire_size(conversation: Conversation) -> int | None:
+    """Bytes of ``conversation.wire`` as compact JSON (``len(orjson.dumps(wire))``),
+    ``None`` if JSON cannot encode it. With the item sizes the adapter measured while
+    hashing, only the rest of the request is encoded: a long history is not encoded a
+    second time."""
+    wire = conversation.wire
+    key = conversation.messages_key
+    items = wire.get(key)
+    try:
+        if not isinstance(items, list) or len(conversation.item_sizes) != len(items):
+            return len(orjson.dumps(wire))
+        shell = len(orjson.dumps({**wire, key: []}))  # the list's brackets counted here
+    except TypeError:
+        return None
+    return shell + sum(conversation.item_sizes) + max(0, len(items) - 1)  # the commas

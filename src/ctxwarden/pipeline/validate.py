@@ -51,10 +51,11 @@ by position and content), and the frozen rewrite of an old message is the same o
 every turn, so a resent history is checked once, not on every request."""
 
 
-def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: Any) -> None:
-    """Raise :class:`ValidationFailed` (scope ``request``) if the rewrite is unsafe."""
+def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: Any) -> int:
+    """Raise :class:`ValidationFailed` (scope ``request``) if the rewrite is unsafe;
+    else return the size of ``rendered`` in bytes as compact JSON."""
     try:
-        orjson.dumps(rendered)
+        size = len(orjson.dumps(rendered))
     except TypeError as exc:
         raise ValidationFailed(f"rewritten request is not JSON: {exc}") from exc
     if len(original.messages) != len(rewritten.messages):
@@ -73,6 +74,7 @@ def validate_rewrite(original: Conversation, rewritten: Conversation, rendered: 
         if passed.get(key) is not after:
             _check_message(original, index, before, after, protected)
             passed[key] = after
+    return size
 
 
 def _check_message(
