@@ -17,8 +17,12 @@ __all__ = ["digest", "element_hashes", "item_digest", "wire_size"]
 
 
 def digest(data: bytes) -> str:
-    """A short content hash (BLAKE2b, 12 bytes, hex)."""
-    return hashlib.blake2b(data, digest_size=12).hexdigest()
+    """A short content hash (SHA-256's first 12 bytes, hex): SHA-256 runs on the CPU's
+    SHA extensions where it has them, about twice as fast as BLAKE2b on a long
+    history's items. Internal to a process and its session states: a state written
+    with another hash reads as an edited history once (its decisions are re-checked
+    against their texts, and the next step's cache estimate starts afresh)."""
+    return hashlib.sha256(data).hexdigest()[:24]
 
 
 def item_digest(item: object) -> str:
