@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import orjson
 
-from ctxwarden.memo import OBJECT_BYTES, SESSION_MEMO_BYTES, SESSION_MEMO_LIMIT, BoundedMemo
+from ctxwarden.memo import (
+    MESSAGE_MEMO_LIMIT,
+    OBJECT_BYTES,
+    SESSION_MEMO_BYTES,
+    SESSION_MEMO_LIMIT,
+    BoundedMemo,
+    IdentityMemo,
+)
 from ctxwarden.model.classify import protected_message_indexes
-from ctxwarden.model.conversation import Conversation
+from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import Segment, SegmentKind
 from ctxwarden.pipeline.presets import PipelineConfig
@@ -261,39 +269,61 @@ def _eligible(
 ) -> frozenset[Path]:
     """Paths a pass may rewrite: outside protected messages, of an editable safety
     class, and not excluded by the tool's policy. Recomputed every request (protection
-    moves with the newest messages)."""
+    moves with the newest messages); without tool policies each message's paths come
+    from :data:`_EDITABLE` (a resent message is the same object every turn)."""
     protected = protected_message_indexes(conversation)
     eligible: set[Path] = set()
     for i, message in enumerate(conversation.messages):
         if i in protected:
             continue
-        for part in message.parts:
-            if isinstance(part, ToolCallPart):
-                if part.arguments_path is not None:
-                    eligible.add(part.arguments_path)
-            elif isinstance(part, ToolResultPart):
-                for sub in part.content:
-                    if not isinstance(sub, TextPart) or not sub.safety.editable:
-                        continue
-                    seg = by_path.get(sub.path)
-                    policy = config.tools.get(seg.tool_name) if seg else None
-                    excluded = policy is not None and (
-                        policy.exclude
-                        or (
-                            policy.min_tokens is not None
-                            and seg is not None
-                            and seg.tokens < policy.min_tokens
-                        )
-                    )
-                    if not excluded:
-                        eligible.add(sub.path)
-            elif (
-                isinstance(part, TextPart)
-                and message.role in ("assistant", "user")
-                and part.safety.editable
-            ):
-                eligible.add(part.path)
+        if config.tools:
+            eligible.update(_editable_paths(message, by_path, config))
+            continue
+        known = _EDITABLE.of(message)
+        paths = known.get(None)
+        if paths is None:
+            paths = known[None] = tuple(_editable_paths(message, by_path, config))
+        eligible.update(paths)
     return frozenset(eligible)
+
+
+_EDITABLE: IdentityMemo[Message, None, tuple[Path, ...]] = IdentityMemo(
+    MESSAGE_MEMO_LIMIT, weigh=lambda _message: OBJECT_BYTES
+)
+"""The editable paths of an unprotected message when no tool has a policy (they then
+depend on the message alone: its parts and their safety classes)."""
+
+
+def _editable_paths(
+    message: Message, by_path: dict[Path, Segment], config: PipelineConfig
+) -> Iterator[Path]:
+    """The paths of ``message`` (not protected) that a pass may rewrite."""
+    for part in message.parts:
+        if isinstance(part, ToolCallPart):
+            if part.arguments_path is not None:
+                yield part.arguments_path
+        elif isinstance(part, ToolResultPart):
+            for sub in part.content:
+                if not isinstance(sub, TextPart) or not sub.safety.editable:
+                    continue
+                seg = by_path.get(sub.path)
+                policy = config.tools.get(seg.tool_name) if seg else None
+                excluded = policy is not None and (
+                    policy.exclude
+                    or (
+                        policy.min_tokens is not None
+                        and seg is not None
+                        and seg.tokens < policy.min_tokens
+                    )
+                )
+                if not excluded:
+                    yield sub.path
+        elif (
+            isinstance(part, TextPart)
+            and message.role in ("assistant", "user")
+            and part.safety.editable
+        ):
+            yield part.path
 
 
 def _command(call: ToolCallPart) -> str:
