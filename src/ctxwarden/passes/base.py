@@ -100,6 +100,9 @@ class PassContext:
     proposed in a step that is forced). Any other replacement is a proposal: the
     planner adopts the proposals from some message onward, so one proposal may rely on
     another only when that one is newer."""
+    restating: frozenset[str] = frozenset()
+    """Transforms whose replacement restates the whole text (normalization): a lossy
+    pass may still condense a segment one of them replaced (see :meth:`open_segments`)."""
     by_path: dict[Path, Segment] = field(default_factory=dict)
     _eligible_by_kind: dict[str, list[Segment]] = field(default_factory=dict, repr=False)
 
@@ -107,14 +110,29 @@ class PassContext:
         self.by_path = {s.path: s for s in self.segments}
 
     def open_segments(
-        self, decided: Mapping[Path, Replacement], kind: SegmentKind = "tool_output"
+        self,
+        decided: Mapping[Path, Replacement],
+        kind: SegmentKind = "tool_output",
+        *,
+        past_restated: bool = False,
     ) -> list[Segment]:
         """Eligible segments of ``kind`` that no pass has replaced yet, oldest first
-        (the eligible ones of each kind are listed once per request, every pass asks)."""
+        (the eligible ones of each kind are listed once per request, every pass asks).
+
+        ``past_restated``: also those whose replacement only restates their text (a
+        :attr:`restating` transform), for a lossy pass: a normalized output is nearly
+        as long as the original, and an old one must still be masked or truncated. The
+        condenser takes such a proposal only when it saves more than the restatement."""
         of_kind = self._eligible_by_kind.get(kind)
         if of_kind is None:
             of_kind = self._eligible_by_kind[kind] = [
                 s for s in self.segments if s.kind == kind and s.path in self.eligible
+            ]
+        if past_restated and self.restating:
+            return [
+                s
+                for s in of_kind
+                if (rep := decided.get(s.path)) is None or rep.transform in self.restating
             ]
         return [s for s in of_kind if s.path not in decided]
 

@@ -22,7 +22,10 @@ __all__ = ["MaskPass"]
 
 
 def _shown_words(
-    ctx: PassContext, decided: Mapping[Path, Replacement], wanted: frozenset[str]
+    ctx: PassContext,
+    decided: Mapping[Path, Replacement],
+    wanted: frozenset[str],
+    candidates: frozenset[Path],
 ) -> tuple[Counter[str], list[tuple[int, frozenset[str]]]]:
     """What replacements show of ``wanted``: a multiset over the settled ones (they
     never change once sent), and each other pass's proposal with its message index,
@@ -30,12 +33,14 @@ def _shown_words(
     adopts proposals from some message onward). Outputs still in full do not count:
     one may later become a pointer or a note that shows none of its strings. Only
     ``wanted`` is counted: counting every string of the history made this the costliest
-    step of a long session's request."""
+    step of a long session's request. A ``candidates`` segment's replacement (a
+    normalization this pass may replace) does not count: its placeholder would leave
+    out what only that replacement shows."""
     shown: Counter[str] = Counter()
     proposed: list[tuple[int, frozenset[str]]] = []
     for segment in ctx.segments:
         rep = decided.get(segment.path)
-        if segment.kind != "tool_output" or rep is None:
+        if segment.kind != "tool_output" or rep is None or segment.path in candidates:
             continue
         words = wanted.intersection(distinctive_set(rep.text))
         if segment.path in ctx.settled:
@@ -95,7 +100,7 @@ class MaskPass:
         out: dict[Path, Replacement] = {}
         candidates = [
             (segment, self._built(segment))
-            for segment in ctx.open_segments(decided)
+            for segment in ctx.open_segments(decided, past_restated=True)
             if segment.path not in ctx.recent
             and segment.path not in ctx.relevant
             and segment.tokens >= self.config.min_tokens
@@ -108,7 +113,8 @@ class MaskPass:
         proposed: list[tuple[int, frozenset[str]]] = []
         if self.config.shared_mentions:
             wanted = frozenset().union(*(built[2] for _, built in candidates))
-            shown, proposed = _shown_words(ctx, decided, wanted)
+            paths = frozenset(segment.path for segment, _ in candidates)
+            shown, proposed = _shown_words(ctx, decided, wanted, paths)
         # mentions newest first: a placeholder leaves out what a newer one lists, and
         # the planner never adopts an older proposal without the newer ones
         # proposed[:taken] (newest first) are counted in shown: an index, as popping the

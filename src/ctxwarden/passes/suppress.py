@@ -35,7 +35,7 @@ class SuppressPass:
         out: dict[Path, Replacement] = {}
         if not self.tools:
             return out
-        for segment in ctx.open_segments(decided):
+        for segment in ctx.open_segments(decided, past_restated=True):
             if segment.tool_name not in self.tools or segment.path in ctx.recent:
                 continue
             ref = ref_for(segment.text)

@@ -39,7 +39,7 @@ class TruncatePass:
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
     ) -> dict[Path, Replacement]:
         out: dict[Path, Replacement] = {}
-        for segment in ctx.open_segments(decided):
+        for segment in ctx.open_segments(decided, past_restated=True):
             if not self._oversized(segment.text):
                 continue
             ref = ref_for(segment.text)

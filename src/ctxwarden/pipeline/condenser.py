@@ -41,6 +41,7 @@ from ctxwarden.model.hashing import element_hashes as hash_elements
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.mask import MaskPass
+from ctxwarden.passes.normalize import NormalizePass
 from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
 from ctxwarden.pipeline.presets import (
     PipelineConfig,
@@ -93,6 +94,8 @@ class Condenser:
     def __init__(self, config: EngineConfig, store: Store) -> None:
         self.pipeline: PipelineConfig = resolve_pipeline(config.preset, config.pipeline)
         self.passes = build_passes(self.pipeline)
+        self._restating = frozenset(p.name for p in self.passes if isinstance(p, NormalizePass))
+        """The transforms a lossy pass may replace (``PassContext.restating``)."""
         self.store = store
         self._segment_cache = SegmentCache()
         self._states: BoundedMemo[tuple[str, str], tuple[bytes, SessionState]] = BoundedMemo(
@@ -149,7 +152,9 @@ class Condenser:
         if failed:  # a segment whose artifact failed stays as it was for this request
             view = replace(view, eligible=view.eligible - failed)
         new = self._propose(view, frozen, counter, band, target, frozen_total)
-        if forced and frozen_total - self._total_saving(view, new, counter) >= budget.soft_trigger:
+        if forced and frozen_total - self._total_saving(view, new, counter, frozen) >= (
+            budget.soft_trigger
+        ):
             relaxed = replace(view, recent=frozenset(), relevant=frozenset())
             new.update(self._propose(relaxed, {**frozen, **new}, counter, band, None, frozen_total))
 
@@ -164,7 +169,7 @@ class Condenser:
             new
             if forced or frozen_sent is None
             else self._choose_step(
-                view, frozen_sent, new, counter, state, exact_hashes, exact_tokens, pricing
+                view, frozen, frozen_sent, new, counter, state, exact_hashes, exact_tokens, pricing
             )
         )
         adopted = self._commit(view, adopted, frozen, tenant, report)
@@ -256,10 +261,28 @@ class Condenser:
             view.saved[key] = saved
         return saved
 
-    def _total_saving(
-        self, view: SegmentView, reps: dict[Path, Replacement], counter: TokenCounter
+    def _net_saved(
+        self,
+        view: SegmentView,
+        path: Path,
+        r: Replacement,
+        counter: TokenCounter,
+        frozen: dict[Path, Replacement],
     ) -> int:
-        return sum(self._saved(view, p, r, counter) for p, r in reps.items())
+        """Tokens ``r`` saves beyond the frozen replacement it would take over (a
+        normalization a lossy pass condenses further), if any."""
+        held = frozen.get(path)
+        before = self._saved(view, path, held, counter) if held is not None else 0
+        return self._saved(view, path, r, counter) - before
+
+    def _total_saving(
+        self,
+        view: SegmentView,
+        reps: dict[Path, Replacement],
+        counter: TokenCounter,
+        frozen: dict[Path, Replacement],
+    ) -> int:
+        return sum(self._net_saved(view, p, r, counter, frozen) for p, r in reps.items())
 
     def _frozen(
         self,
@@ -372,7 +395,8 @@ class Condenser:
     ) -> dict[Path, Replacement]:
         """New replacements from the passes in order; a pass runs only when its
         conditions hold (``min_band``, ``min_request_tokens``), and the passes stop once
-        ``target`` tokens are saved."""
+        ``target`` tokens are saved. A proposal for a segment already replaced (a lossy
+        pass over a normalization) is taken only when it saves more."""
         ctx = PassContext(
             segments=view.segments,
             eligible=view.eligible,
@@ -382,6 +406,7 @@ class Condenser:
             visible=view.visible,
             tokens_to_save=target,
             settled=frozenset(decided_before),
+            restating=self._restating,
         )
         decided = dict(decided_before)
         new: dict[Path, Replacement] = {}
@@ -394,6 +419,9 @@ class Condenser:
                 continue
             for path, rep in pass_(ctx, decided).items():
                 gain = self._saved(view, path, rep, counter)
+                held = decided.get(path)
+                if held is not None:
+                    gain -= self._saved(view, path, held, counter)
                 if gain > 0:
                     decided[path] = new[path] = rep
                     saved += gain
@@ -404,6 +432,7 @@ class Condenser:
     def _choose_step(
         self,
         view: SegmentView,
+        frozen: dict[Path, Replacement],
         frozen_sent: tuple[list[str], list[int]],
         new: dict[Path, Replacement],
         counter: TokenCounter,
@@ -420,7 +449,9 @@ class Condenser:
         for path, rep in new.items():
             segment = view.segment(path)
             if segment:
-                by_message[segment.message_index] += self._saved(view, path, rep, counter)
+                by_message[segment.message_index] += self._net_saved(
+                    view, path, rep, counter, frozen
+                )
         frozen_hashes, frozen_tokens = frozen_sent
         sums = prefix_sums(frozen_tokens)
         total = sums[-1]

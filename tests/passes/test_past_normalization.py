@@ -1,0 +1,90 @@
+"""A normalized output is still masked or truncated: normalization restates the whole
+text (colour codes and trailing spaces gone), so it must not keep the lossy passes off
+an old output. Coloured agent logs were sent nearly whole on every later turn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxwarden.passes.base import Replacement
+from ctxwarden.passes.config import MaskConfig
+from ctxwarden.passes.mask import MaskPass
+from tests.passes.convo import FORCE, call, context, lines_of, make_engine, request, result
+
+
+def _coloured(tag: str, n: int = 60) -> str:
+    """``n`` lines, every other one green (an uncoloured error line would not stop
+    normalization: it keeps error lines as they are)."""
+    rows = lines_of(tag, n).split("\n")
+    return "\n".join(f"\x1b[32m{r}\x1b[0m" if i % 2 == 0 else r for i, r in enumerate(rows))
+
+
+def _turns(k: int) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = []
+    for i in range(k):
+        turns += [call(f"c{i}", f"pytest -k t{i} --color=yes"), result(f"c{i}", _coloured(f"t{i}"))]
+    return turns
+
+
+def test_mask_may_replace_a_normalization_but_no_other_replacement() -> None:
+    wire = request(*_turns(2))
+    ctx, _ = context(wire)
+    ctx.restating = frozenset({"normalize"})
+    first, second = (s for s in ctx.segments if s.kind == "tool_output")
+    decided = {
+        first.path: Replacement("restated", "normalize"),
+        second.path: Replacement("[identical to ...]", "dedupe"),
+    }
+    proposed = MaskPass(MaskConfig())(ctx, decided)
+    assert first.path in proposed and second.path not in proposed
+    # without the restating transforms named, a replaced segment stays closed
+    ctx.restating = frozenset()
+    assert MaskPass(MaskConfig())(ctx, decided) == {}
+
+
+def test_old_coloured_outputs_are_masked_not_only_normalized() -> None:
+    engine = make_engine("balanced", FORCE)
+    messages = request(*_turns(6))["messages"]
+    report: dict[str, Any] = {}
+    for end in range(4, len(messages) + 1, 2):  # turn by turn, as a proxy sees them
+        out = engine.condense({**request(), "messages": messages[:end]}, session="s")
+        report = out.report
+    sent = out.request["messages"]
+    old = [m["content"] for m in sent[:-4] if m["role"] == "tool"]
+    assert old and all(text.startswith("[ctxwarden: condensed output") for text in old)
+    assert "mask" in report["transforms"]
+    assert report["tokens_after"] < report["tokens_before"] / 2
+
+
+def test_a_frozen_normalization_is_masked_once_the_output_is_old() -> None:
+    # normalization applies to outputs still in the recency window; once they leave
+    # it, a later step masks them (the saving is judged against the normalized text)
+    pipeline = {**FORCE, "recency_tokens": 3000}  # about two coloured outputs
+    engine = make_engine("balanced", pipeline)
+    messages = request(*_turns(8))["messages"]
+    transforms: list[str] = []
+    for end in range(4, len(messages) + 1, 2):
+        out = engine.condense({**request(), "messages": messages[:end]}, session="s")
+        transforms.append(",".join(sorted(out.report["transforms"])))
+    first_output = out.request["messages"][3]["content"]
+    assert any("normalize" in t for t in transforms[:6])  # normalized while recent
+    assert first_output.startswith("[ctxwarden: condensed output")  # masked since
+    (ref,) = [w for w in first_output.split() if w.startswith("cw:")][:1]
+    assert engine.recall(ref.rstrip(")")) == messages[3]["content"]
+
+
+def test_a_lossy_proposal_saving_less_than_the_normalization_is_not_taken() -> None:
+    # an old output of one word in a sea of colour codes: its normalization is shorter
+    # than any placeholder, so the mask proposal (which would still save tokens
+    # against the original) is not taken over it
+    coloured = "\x1b[32m" * 80 + "ok" + "\x1b[0m" * 80
+    wire = request(
+        call("c1", "ls --color"),
+        result("c1", coloured),
+        call("c2", "make"),
+        result("c2", lines_of("build", 30)),
+    )
+    engine = make_engine("balanced", {**FORCE, "mask": {"min_tokens": 0, "max_ratio": 1.0}})
+    out = engine.condense(wire)
+    assert out.request["messages"][3]["content"].startswith("ok\n[ctxwarden: normalized")
+    assert out.report["transforms"]["normalize"]["count"] == 1
