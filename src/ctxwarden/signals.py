@@ -345,6 +345,12 @@ def _numbered_word_as_number(word: str) -> str:
     return m.group(1) if m else word
 
 
+MENTION_SCAN_HEAD = 160_000
+MENTION_SCAN_TAIL = 40_000
+"""An output longer than both is ranked on its first ``MENTION_SCAN_HEAD`` and last
+``MENTION_SCAN_TAIL`` characters (:func:`mention_scores`)."""
+
+
 @text_memo()
 def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
     """The distinctive strings of ``text`` with an estimate of how likely the agent is
@@ -358,7 +364,14 @@ def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
     start. A line number glued to its line's first word (``12:def`` in ``grep -n``
     output) is listed as the number: it would otherwise rank as a name; ``a.py:12`` is
     listed as ``a.py`` and ``12`` (:func:`_mention_parts`).
+
+    A text longer than :data:`MENTION_SCAN_HEAD` plus :data:`MENTION_SCAN_TAIL`
+    characters is ranked on its head and tail alone: a string first seen further in
+    ranks low by its position anyway, and scanning every word of a megabyte of output
+    took about a second (a log of random identifiers: half a million candidates).
     """
+    if len(text) > MENTION_SCAN_HEAD + MENTION_SCAN_TAIL:
+        text = text[:MENTION_SCAN_HEAD] + "\n" + text[-MENTION_SCAN_TAIL:]
     words = _distinctive_tuple(text)
     if any(_NUMBERED_WORD.match(w) for w in words):
         # ``12-def`` in a numbered listing is line 12: listed as the number

@@ -145,3 +145,16 @@ def test_mentions_round_trip_through_the_space_separated_line(text: str) -> None
     line = mentions_line(words)
     assert line.startswith("[mentions: ") and line.endswith("]")
     assert (line[len("[mentions: ") : -1].split(" ") if words else []) == words
+
+
+def test_a_huge_output_is_ranked_on_its_head_and_tail() -> None:
+    from ctxwarden.signals import MENTION_SCAN_HEAD, MENTION_SCAN_TAIL, mention_scores
+
+    filler = "".join(f"row_{i} " for i in range((MENTION_SCAN_HEAD + MENTION_SCAN_TAIL) // 5))
+    text = "start_name " + filler + " middle_only_name " + filler + " tail_end_name"
+    words = {w for w, _ in mention_scores(text)}
+    assert {"start_name", "tail_end_name"} <= words
+    assert "middle_only_name" not in words
+    # a text within the bound is ranked whole
+    small = "start_name " + "pad " * 1000 + " middle_only_name " + "pad " * 1000 + " tail_end_name"
+    assert "middle_only_name" in {w for w, _ in mention_scores(small)}
