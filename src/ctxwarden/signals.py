@@ -21,6 +21,7 @@ from ctxwarden.memo import text_memo
 __all__ = [
     "MAX_ERROR_LINE",
     "SEARCH_BUDGET",
+    "LinesShown",
     "TextSearch",
     "argument_error_lines",
     "command_of",
@@ -31,6 +32,7 @@ __all__ = [
     "is_error_line",
     "mention_scores",
     "paths_in",
+    "plain_line",
     "shown_error_line",
 ]
 
@@ -55,8 +57,13 @@ _ERROR_RE = re.compile(
       | :\d+(?::\d+)?:\s*(?:error|warning)\b
       | \bBUILD\ FAILURE\b
       | \bAssertionError\b
-      | \bexit\ (?:code|status)\ [1-9]
+      | \b[Ee]xit\ (?:code|status):?\ [1-9]
       | <returncode>[1-9]\d*</returncode>
+      | ^\s*ERROR\s
+      | \b[1-9]\d*\ (?:failed|errors?)\b
+      | \berror\ TS\d+:
+      | \bnpm\ ERR!
+      | \bException\ in\ thread\b
     )""",
     re.VERBOSE | re.MULTILINE,
 )
@@ -81,7 +88,10 @@ _ERROR_KEYWORDS = (
     "undefined reference",
     "warning",
     "exit ",
+    "Exit ",
     "<returncode>",
+    "failed",
+    "ERR!",
 )
 """Literals of which every alternative of :data:`_ERROR_RE` contains at least one (the
 pytest ``E   ...`` lines excepted: :data:`_E_LINE_RE`). A line holding none of them
@@ -89,8 +99,23 @@ cannot be an error line."""
 _E_LINE_RE = re.compile(r"E\s\s")
 
 
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+"""ANSI escape sequences (colours, cursor moves, titles)."""
+
+
+def plain_line(line: str) -> str:
+    """``line`` as a terminal shows it: without ANSI escapes or trailing whitespace."""
+    if "\x1b" in line:
+        line = ANSI_RE.sub("", line)
+    return line.rstrip()
+
+
 def is_error_line(line: str) -> bool:
-    """True when ``line`` carries an error signal (tracebacks, ``Error:``, ``FAILED``...)."""
+    """True when ``line`` carries an error signal (tracebacks, ``Error:``, ``FAILED``...),
+    colour codes or not (``\x1b[31mFAILED\x1b[0m``: the code's ``m`` is glued to the
+    word, so the signal is looked for in the line without them)."""
+    if "\x1b" in line:
+        line = plain_line(line)
     if _E_LINE_RE.search(line) is None and not any(k in line for k in _ERROR_KEYWORDS):
         return False
     return bool(_ERROR_RE.search(line))
@@ -186,12 +211,32 @@ class TextSearch:
         return needle in self.text
 
 
+class LinesShown:
+    """Which error lines a text shows: ``LinesShown(text).shows(line)`` is true when
+    ``line``, or the form :func:`shown_error_line` gives it, is a whole line of
+    ``text``, compared as a terminal shows them (:func:`plain_line`: a coloured line
+    and its normalized form are the same line). A whole line, not a substring:
+    ``FAILED t.py::test_1`` is not shown by ``FAILED t.py::test_10``."""
+
+    __slots__ = ("_lines", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._lines: frozenset[str] | None = None
+
+    def shows(self, line: str) -> bool:
+        if self._lines is None:
+            self._lines = frozenset(plain_line(x) for x in self.text.split("\n"))
+        return plain_line(line) in self._lines or plain_line(shown_error_line(line)) in self._lines
+
+
 def _candidate_line_starts(text: str) -> list[int]:
-    """Start offsets of the lines that hold an error keyword, ascending (a superset of
-    the error lines, found with ``str.find``: ten times faster than scanning ``text``
-    with :data:`_ERROR_RE`, which tries every alternative at every position)."""
+    """Start offsets of the lines that hold an error keyword or an escape sequence (whose
+    codes may split a keyword), ascending (a superset of the error lines, found with
+    ``str.find``: ten times faster than scanning ``text`` with :data:`_ERROR_RE`, which
+    tries every alternative at every position)."""
     starts: set[int] = set()
-    for keyword in _ERROR_KEYWORDS:
+    for keyword in (*_ERROR_KEYWORDS, "\x1b"):
         i = text.find(keyword)
         while i >= 0:
             starts.add(text.rfind("\n", 0, i) + 1)
@@ -219,7 +264,7 @@ def _error_lines(text: str, limit: int | None) -> tuple[str, ...]:
     for start in _candidate_line_starts(text):
         end = text.find("\n", start)
         line = text[start:] if end < 0 else text[start:end]
-        if line and line not in seen and _ERROR_RE.search(line):
+        if line and line not in seen and is_error_line(line):
             seen.add(line)
             out.append(line)
             if limit is not None and len(out) >= limit:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxwarden.signals import _ERROR_RE, error_lines, is_error_line
+from ctxwarden.signals import _ERROR_RE, LinesShown, error_lines, is_error_line, plain_line
 
 _LINES = st.sampled_from(
     [
@@ -34,6 +34,16 @@ _LINES = st.sampled_from(
         "E\t\tassert x",
         "Http2Error: nope",
         "x.ValueError(",
+        "\x1b[31mFAILED\x1b[0m tests/t.py::test_a",
+        "\x1b[1;31merror\x1b[0m\x1b[1m: could not compile\x1b[0m",
+        "\x1b[32mok\x1b[0m",
+        "Exit code: 1",
+        "ERROR tests/test_io.py - ModuleNotFoundError",
+        "=== 1 failed, 41 passed in 0.52s ===",
+        "=== 41 passed, 0 errors ===",
+        "src/app.ts(3,7): error TS2322: Type 'string' is not assignable",
+        "npm ERR! code ELIFECYCLE",
+        'Exception in thread "main" java.lang.NullPointerException',
     ]
 )
 
@@ -65,6 +75,13 @@ _FRAGMENTS = st.sampled_from(
         "warning",
         "No such file or directory",
         "Traceback (most recent call last)",
+        "\x1b[31m",
+        "\x1b[0m",
+        "ERR!",
+        "npm ",
+        "failed",
+        "Exit ",
+        "ERROR",
     ]
 )
 
@@ -73,7 +90,9 @@ def _line_by_line(text: str) -> list[str]:
     """The reference: every distinct non-empty line the pattern matches on its own."""
     expected: list[str] = []
     for line in text.split("\n"):
-        if line and line not in expected and _ERROR_RE.search(line):
+        # a coloured line is read as a terminal shows it
+        shown = plain_line(line) if "\x1b" in line else line
+        if line and line not in expected and _ERROR_RE.search(shown):
             expected.append(line)
     return expected
 
@@ -158,3 +177,43 @@ def test_a_huge_output_is_ranked_on_its_head_and_tail() -> None:
     # a text within the bound is ranked whole
     small = "start_name " + "pad " * 1000 + " middle_only_name " + "pad " * 1000 + " tail_end_name"
     assert "middle_only_name" in {w for w, _ in mention_scores(small)}
+
+
+def test_coloured_and_other_common_error_lines_are_error_lines() -> None:
+    for line in (
+        "\x1b[31mFAILED\x1b[0m tests/test_io.py::test_read - assert 1 == 2",
+        "\x1b[1;31merror\x1b[0m\x1b[1m: could not compile `app`\x1b[0m",
+        "\x1b[91mValueError: bad value\x1b[0m",
+        "Exit code: 1",
+        "ERROR tests/test_io.py - ModuleNotFoundError",
+        "=========== 1 failed, 41 passed in 0.52s ===========",
+        "src/app.ts(3,7): error TS2322: Type 'string' is not assignable to type 'number'.",
+        "npm ERR! code ELIFECYCLE",
+        'Exception in thread "main" java.lang.NullPointerException',
+    ):
+        assert is_error_line(line), line
+        assert error_lines(f"ok\n{line}\ndone") == [line]
+    for line in ("\x1b[32mPASSED\x1b[0m", "=== 41 passed, 0 errors ===", "Exit code: 0"):
+        assert not is_error_line(line), line
+
+
+def test_an_error_line_is_shown_by_a_whole_line_only() -> None:
+    shown = LinesShown("FAILED tests/t.py::test_10\nok")
+    assert shown.shows("FAILED tests/t.py::test_10")
+    assert not shown.shows("FAILED tests/t.py::test_1")  # a prefix of a shown line
+
+
+def test_a_coloured_error_line_is_shown_by_its_plain_form_and_back() -> None:
+    coloured = "\x1b[31mFAILED\x1b[0m tests/t.py::test_a   "
+    assert LinesShown("x\nFAILED tests/t.py::test_a\ny").shows(coloured)
+    assert LinesShown(coloured).shows("FAILED tests/t.py::test_a")
+    assert not LinesShown("FAILED tests/t.py::test_b").shows(coloured)
+
+
+def test_a_long_error_line_is_shown_whole_or_cut() -> None:
+    from ctxwarden.signals import shown_error_line
+
+    line = "ValueError: " + "x" * 5000
+    assert LinesShown(f"a\n{line}").shows(line)
+    assert LinesShown(f"a\n{shown_error_line(line)}").shows(line)
+    assert not LinesShown(f"a\n{line[:3000]}").shows(line)

@@ -382,3 +382,32 @@ def test_the_truncation_guardrail_cuts_a_recent_copy_of_an_oversized_output() ->
     for order in (["truncate"], ["dedupe", "truncate"]):
         sent = make_engine(pipeline={**FORCE, "order": order}).condense(wire).request
         assert sent["messages"][7]["content"].count("\n") < 200, order  # cut, not whole
+
+
+def test_supersede_keeps_an_error_line_the_newest_run_shows_only_inside_another() -> None:
+    passed = "\n".join(f"tests/test_mod.py::test_{i} PASSED" for i in range(20, 120))
+    run1 = f"{passed}\nFAILED tests/test_mod.py::test_1\nFAILED tests/test_mod.py::test_2"
+    run2 = f"{passed}\nFAILED tests/test_mod.py::test_10\nFAILED tests/test_mod.py::test_2"
+    wire = request(
+        call("c1", "pytest tests/test_mod.py"),
+        result("c1", run1),
+        call("c2", "pytest tests/test_mod.py"),
+        result("c2", run2),
+    )
+    ctx, _ = context(wire)
+    (rep,) = SupersedePass(SupersedeConfig())(ctx, {}).values()
+    assert rep.text.split("\n")[1:] == ["FAILED tests/test_mod.py::test_1"]
+    assert rep.kept_lines == ("FAILED tests/test_mod.py::test_1",)
+
+
+def test_a_coloured_output_is_normalized_with_its_error_lines_shown_plain() -> None:
+    rows = [f"\x1b[32mtests/t.py::test_{i} PASSED\x1b[0m" for i in range(60)]
+    coloured = "\n".join([*rows, "\x1b[31mFAILED\x1b[0m tests/t.py::test_x - assert 1 == 2"])
+    wire = request(call("c1", "pytest --color=yes"), result("c1", coloured), *_LATER)
+    engine = make_engine(pipeline={**FORCE, "order": ["normalize"]})
+    res = engine.condense(wire)
+    sent = res.request["messages"][3]["content"]
+    assert res.report["transforms"]["normalize"]["count"] == 1
+    assert res.report["rollbacks"] == 0
+    assert "\nFAILED tests/t.py::test_x - assert 1 == 2\n" in sent
+    assert "\x1b" not in sent

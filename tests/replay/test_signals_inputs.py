@@ -75,3 +75,16 @@ def test_jsonl_log_groups_sessions_and_derives_next_actions(tmp_path: Path) -> N
     assert first[0].next_action == [a1]
     assert first[0].ts == 10 and first[1].next_action is None
     assert sessions[1].requests[0].api == "anthropic.messages"
+
+
+def test_a_coloured_error_line_is_read_without_its_colours() -> None:
+    coloured = "ok\n\x1b[31mFAILED\x1b[0m tests/t.py::test_a\n\x1b[91mValueError: bad\x1b[0m"
+    plain = "ok\nFAILED tests/t.py::test_a\nValueError: bad"
+    assert (
+        error_lines(coloured)
+        == error_lines(plain)
+        == {
+            "FAILED tests/t.py::test_a",
+            "ValueError: bad",
+        }
+    )

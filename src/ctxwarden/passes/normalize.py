@@ -16,11 +16,9 @@ from ctxwarden.memo import MISSING, TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMem
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
-from ctxwarden.signals import TextSearch, error_lines
+from ctxwarden.signals import ANSI_RE, LinesShown, error_lines
 
 __all__ = ["NormalizePass", "minified_json", "normalize_text"]
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
 def _collapse_progress(line: str) -> str:
@@ -54,7 +52,7 @@ def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> 
             pass
         else:
             return minified_json(stripped)
-    text = _ANSI.sub("", text)
+    text = ANSI_RE.sub("", text)
     lines = [_collapse_progress(line).rstrip() for line in text.split("\n")]
     out: list[str] = []
     i = 0
@@ -73,12 +71,13 @@ def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> 
 
 
 def _keeps_error_lines(text: str, normalized: str) -> bool:
-    """Whether every error line of ``text`` is in ``normalized`` as it was. Stripping a
-    coloured or CR-ended error line would fail the condenser's error-line check: the
-    rewrite would be rolled back and, being proposed, keep every later pass (a mask
-    that keeps the line verbatim) off the segment."""
-    shown = TextSearch(normalized)
-    return all(line in shown for line in error_lines(text))
+    """Whether ``normalized`` still shows every error line of ``text`` as the
+    condenser's check reads them (:class:`~ctxwarden.signals.LinesShown`: without colour
+    codes or trailing spaces, so a coloured error line stays shown once its codes are
+    stripped). A CR-ended progress line reduced to its last state would not: the
+    rewrite would be rolled back, so it is not proposed."""
+    shown = LinesShown(normalized)
+    return all(shown.shows(line) for line in error_lines(text))
 
 
 class NormalizePass:

@@ -16,7 +16,7 @@ from ctxwarden.memo import text_memo
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import SupersedeConfig
-from ctxwarden.signals import TextSearch, error_lines, shown_error_line
+from ctxwarden.signals import LinesShown, error_lines, shown_error_line
 
 __all__ = ["SupersedePass", "action_key"]
 
@@ -82,8 +82,8 @@ class SupersedePass:
                 lines = segment.text.count("\n") + 1
                 # error lines the witness does not show (the witness is the newest
                 # run's first block: the note's claim is checked against it)
-                shown = TextSearch(newest.text)
-                kept = tuple(e for e in error_lines(segment.text) if e not in shown)
+                shown = LinesShown(newest.text)
+                kept = tuple(e for e in error_lines(segment.text) if not shown.shows(e))
                 head = (
                     f"[ctxwarden: superseded by the same action in message "
                     f"#{newest.message_index}; original {ref} ({lines:,} lines)]"

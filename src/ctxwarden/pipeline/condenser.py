@@ -52,7 +52,7 @@ from ctxwarden.pipeline.presets import (
 from ctxwarden.pipeline.segments import SegmentCache, SegmentView, segment_view
 from ctxwarden.pipeline.state import Decision, SessionState
 from ctxwarden.signals import (
-    TextSearch,
+    LinesShown,
     argument_error_lines,
     distinctive_set,
     error_lines,
@@ -558,12 +558,8 @@ class Condenser:
         if rep.witness is not None:
             witness = applied.get(rep.witness)
             witness_text = witness.text if witness else view.text(rep.witness)
-        in_text, in_witness = TextSearch(rep.text), TextSearch(witness_text)
-        return all(
-            shown in in_text or e in in_witness or shown in in_witness
-            for e in errors
-            for shown in (shown_error_line(e),)
-        )
+        in_text, in_witness = LinesShown(rep.text), LinesShown(witness_text)
+        return all(in_text.shows(e) or in_witness.shows(e) for e in errors)
 
     def _sent_elements(
         self,

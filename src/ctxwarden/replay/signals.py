@@ -15,12 +15,16 @@ outputs* (what the agent observed going wrong; a script the agent wrote into a c
 with its ``except ValueError:``, is not an error it saw). This is also the definition
 under which the issue's ``mask:10`` reference figure (37% kept) reproduces here
 (36.7% on the corpus). A line is *still visible* when the same line is an error line
-anywhere in the condensed request; cutting or rewording it counts as lost.
+anywhere in the condensed request; cutting or rewording it counts as lost. Colour codes
+are not part of a line (they are read without them: a coloured ``FAILED`` is an error
+line, and the same line shown without its colours is still shown).
 """
 
 from __future__ import annotations
 
 import re
+
+from ctxwarden.signals import ANSI_RE
 
 __all__ = ["MAX_LINE", "distinctive_tokens", "error_lines"]
 
@@ -108,6 +112,8 @@ def error_lines(text: str) -> set[str]:
     out: set[str] = set()
     if not text:
         return out
+    if "\x1b" in text:
+        text = ANSI_RE.sub("", text)
     last_end = -1
     for match in _ERROR.finditer(text):
         if match.start() <= last_end:
