@@ -559,9 +559,14 @@ def test_trim_args_cuts_a_bundle_line_holding_an_error_word(lines_before: int) -
 def test_trim_args_leaves_a_short_value_with_an_error_line_whole() -> None:
     one_line = "echo 'Error: this single long line is kept because it is an error' " + "x" * 200
     engine = make_engine(pipeline={**FORCE, "order": ["trim_args"], "keep_newest_calls": 1})
-    res = engine.condense(_script_request(one_line))
+    wire = _script_request(one_line)
+    res = engine.condense(wire)
     sent = res.request["messages"][2]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(sent)["command"] == one_line
+    # not rewritten at all: re-encoding an unchanged value saved a token or two and
+    # cost a cache rewrite, with no reference in the text to recall
+    assert sent == wire["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert "trim_args" not in res.report["transforms"]
 
 
 @pytest.mark.parametrize(
@@ -803,3 +808,40 @@ def test_a_placeholder_lists_again_what_a_cleared_output_showed() -> None:
     assert res.report["fallback_reason"] is None
     visible = "\n".join(str(m.get("content") or "") for m in res.request["messages"])
     assert [w for w in distinctive_strings(shared) if w not in visible] == []
+
+
+def test_mask_keeps_coloured_error_lines() -> None:
+    rows = [f"tests/test_{i}.py::test_{i} PASSED some padding words here {i}" for i in range(300)]
+    failures = [
+        "\x1b[31mFAILED\x1b[0m tests/test_io.py::test_read - assert 1 == 2",
+        "\x1b[1;31merror:\x1b[0m linker command failed",
+    ]
+    wire = request(
+        call("c1", "pytest --color=yes"),
+        result("c1", "\n".join([*rows[:150], failures[0], *rows[150:], failures[1]])),
+        call("c2", "ls"),
+        result("c2", lines_of("ls", 40)),
+    )
+    engine = make_engine(pipeline={**FORCE, "order": ["mask"]})
+    res = engine.condense(wire)
+    sent = res.request["messages"][3]["content"]
+    assert sent.startswith("[ctxwarden: condensed output")
+    assert all(f"\n{line}\n" in sent for line in failures)
+
+
+def test_trim_args_does_not_rewrite_arguments_it_would_leave_as_they_are() -> None:
+    # aggressive trims values over 80 characters, but one holding an error word is left
+    # whole: re-encoding the arguments unchanged (spaces dropped) saved a token and cost
+    # a cache rewrite, with no reference in the text
+    command = (
+        'cd test && python -m pytest -q 2>&1 | grep -i "FAIL\\|ERROR" | head -20'
+        "  # a long-ish command line, kept whole"
+    )
+    turns: list[dict[str, Any]] = [call("c1", command), result("c1", "ok")]
+    for i in range(2, 8):
+        turns += [call(f"c{i}", f"echo {i}"), result(f"c{i}", f"out {i}\n" * 400)]
+    wire = request(*turns)
+    engine = make_engine("aggressive", FORCE)
+    res = engine.condense(wire)
+    sent = res.request["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert sent == wire["messages"][2]["tool_calls"][0]["function"]["arguments"]

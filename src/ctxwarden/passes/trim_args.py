@@ -73,7 +73,8 @@ def _same(a: Any, b: Any) -> bool:
 def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
     if isinstance(node, str):
         if len(node) > config.max_value_chars:
-            return trim_value(node, ref, config), True
+            trimmed = trim_value(node, ref, config)  # an error line is left as it is
+            return trimmed, trimmed != node
         return node, False
     if isinstance(node, dict):
         changed = False
@@ -108,7 +109,8 @@ class TrimArgsPass:
         except orjson.JSONDecodeError:
             parsed = None
             if len(arguments) > self.config.max_value_chars and _exact(arguments) is None:
-                result = trim_value(arguments, ref, self.config)
+                trimmed_text = trim_value(arguments, ref, self.config)
+                result = trimmed_text if trimmed_text != arguments else None
         try:
             if parsed is not None and not _same(_exact(arguments), parsed):
                 parsed = None  # read inexactly (a huge integer became a float): left whole
