@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+import openai
 import pytest
 
 from ctxwarden.cli import build_parser
 from ctxwarden.cli.serve import env_flag, settings_from_args
 from ctxwarden.errors import ConfigError
+from ctxwarden.proxy import FakeUpstream
 from ctxwarden.proxy.server import _without_credentials
 from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
-from tests.proxy.conftest import free_port
+from tests.proxy.conftest import ProxyFactory, free_port, openai_client
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -247,3 +249,47 @@ def test_an_upstream_that_is_no_url_stops_serve_before_it_listens(url: str, mess
     with pytest.raises(ConfigError) as info:
         settings_from_args(_args("--openai-upstream", url), {})
     assert str(info.value) == f"--openai-upstream: {message}"
+
+
+_NO_QUERY = (
+    "holds a query or fragment (? or #): not supported (give the origin, with a path "
+    "prefix if any; the client's own path and query are appended)"
+)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9?api-version=2024-10-21",
+        "https://gw.example/openai?key=sk-secret",
+        "http://127.0.0.1:9/#x",
+        "http://127.0.0.1:9?",
+        "http://127.0.0.1:9#",
+    ],
+)
+def test_an_upstream_with_a_query_or_fragment_stops_serve_naming_it(url: str) -> None:
+    """The client's path is appended to the upstream URL: after a query every request
+    went to ``/`` (a 404 for each), while the startup line, which leaves queries out,
+    hid why. Refused at start, naming the flag or variable, never the value."""
+    for args, env, named in (
+        (_args("--anthropic-upstream", url), {}, "--anthropic-upstream"),
+        (_args(), {"CTXWARDEN_OPENAI_UPSTREAM": url}, "CTXWARDEN_OPENAI_UPSTREAM"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            settings_from_args(args, env)
+        assert str(info.value) == f"{named}: {_NO_QUERY}"
+        assert "sk-secret" not in str(info.value)
+
+
+async def test_an_upstream_path_prefix_still_comes_before_the_clients_path(
+    make_proxy: ProxyFactory, fake: FakeUpstream
+) -> None:
+    async with (
+        make_proxy(openai_upstream=fake.url + "/gateway/") as proxy,
+        openai_client(proxy) as client,
+    ):
+        with pytest.raises(openai.NotFoundError):  # the fake serves no prefix
+            await client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+            )
+    assert proxy.fake.received[-1].path == "/gateway/v1/chat/completions"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import zlib
 
 import aiohttp
@@ -84,11 +85,18 @@ async def test_the_fake_checks_a_continuation_only_the_stdlib_reads() -> None:
             assert message == "No tool output found for function call c1."
 
 
-async def test_a_body_not_in_its_coding_is_refused_400_not_a_crash() -> None:
+@pytest.mark.parametrize("body", [b'{"not": "gzip"}', b"\x1f\x8bgarbage"])
+async def test_a_body_not_in_its_coding_is_refused_400_not_a_crash(
+    body: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused as a provider refuses it, and quietly: no "Unhandled exception" traceback
+    from aiohttp (its server used to read on after the answer, meeting the error again)."""
     async with FakeUpstream() as fake, aiohttp.ClientSession() as session:
         headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
         url = fake.url + "/v1/chat/completions"
-        async with session.post(url, data=b'{"not": "gzip"}', headers=headers) as r:
-            assert r.status == 400
-            assert "could not read the request body" in (await r.json())["error"]["message"]
-        await _chat(fake, 1)  # and it goes on serving
+        with caplog.at_level(logging.DEBUG, logger="aiohttp"):
+            async with session.post(url, data=body, headers=headers) as r:
+                assert r.status == 400
+                assert "could not read the request body" in (await r.json())["error"]["message"]
+            await _chat(fake, 1)  # and it goes on serving
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -108,9 +108,10 @@ async def test_an_unreachable_upstream_is_a_warning_named_by_host_never_by_key(
     make_proxy: ProxyFactory,
 ) -> None:
     port = free_port()
-    # a URL holding a user name or password is refused when serve starts; a query may
-    # still hold a key, and the message names the host and port alone
-    dead = f"http://127.0.0.1:{port}/base?key=sk-query"
+    # a URL holding a user name, password, query or fragment is refused when serve
+    # starts; a path may still hold a key (gateways put one there), and the message
+    # names the host and port alone
+    dead = f"http://127.0.0.1:{port}/base/sk-in-path"
     plain = {"Content-Type": "application/json", "Authorization": "Bearer sk-client"}
     async with make_proxy(openai_upstream=dead) as proxy:
         async with (

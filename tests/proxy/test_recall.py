@@ -431,3 +431,74 @@ def test_a_chunk_with_a_null_error_field_is_not_an_error() -> None:
     for event in SSESplitter().feed(encode_event(chunk)):
         flt.process(event)
     assert not flt.errored
+
+
+async def _visible(proxy: Proxy, api: str, ref: str, stream: bool) -> tuple[list[str], str]:
+    """``(the texts the client sees, in order, as the SDK parses them; the stop or finish
+    reason)`` of one request through the recall loop."""
+    prompt = _placeholder(ref)
+    if api == "chat":
+        choice = await _chat(proxy, ref, stream=stream)
+        assert not choice.message.tool_calls
+        return [choice.message.content], choice.finish_reason
+    if api == "responses":
+        async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
+                                      max_retries=0) as c:  # fmt: skip
+            if stream:
+                async with c.responses.stream(model="gpt-4o", input=prompt) as s:
+                    response = await s.get_final_response()
+            else:
+                response = await c.responses.create(model="gpt-4o", input=prompt)
+        assert [i.type for i in response.output] == ["message", "message"]
+        texts = [p.text for i in response.output if i.type == "message" for p in i.content
+                 if p.type == "output_text"]  # fmt: skip
+        return texts, str(response.status)
+    messages = [{"role": "user", "content": prompt}]
+    tools = [{"name": "read", "input_schema": {"type": "object"}}]
+    async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as a:
+        if stream:
+            async with a.messages.stream(model="claude-x", max_tokens=64, messages=messages,
+                                         tools=tools) as s:  # fmt: skip
+                message = await s.get_final_message()
+        else:
+            message = await a.messages.create(
+                model="claude-x", max_tokens=64, messages=messages, tools=tools
+            )
+    assert [b.type for b in message.content] == ["text", "text"]
+    return [b.text for b in message.content if b.type == "text"], str(message.stop_reason)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+async def test_a_rounds_text_before_its_recall_call_stays_streamed_or_not(
+    proxy: Proxy, api: str, stream: bool
+) -> None:
+    """What the model wrote before calling recall reaches the client with the final
+    answer, whole or streamed alike (a stream cannot take it back, and a whole answer
+    used to drop it); the recall call itself is never shown."""
+    ref = _store(proxy)
+    call = ToolCall(RECALL_TOOL_NAME, {"ref": ref}, "call_r")
+    proxy.fake.script(Reply(text="Let me look.", tool_calls=[call]), Reply(text=FINAL))
+    texts, reason = await _visible(proxy, api, ref, stream)
+    wanted = {
+        "chat": (["Let me look." + FINAL], "stop"),  # one message: the deltas joined
+        "responses": (["Let me look.", FINAL], "completed"),
+        "messages": (["Let me look.", FINAL], "end_turn"),
+    }[api]
+    assert (texts, reason) == wanted
+    continuation = proxy.fake.received[-1].json()
+    assert RECALL_TOOL_NAME in orjson.dumps(continuation).decode()  # the model saw its call
+    assert proxy.recorder.last(route=api)["recall_rounds"] == 1
+
+
+async def test_text_of_every_round_stays_when_the_round_limit_strips_a_call(
+    make_proxy: ProxyFactory,
+) -> None:
+    async with make_proxy(max_recall_rounds=1) as proxy:
+        ref = _store(proxy)
+        call = ToolCall(RECALL_TOOL_NAME, {"ref": ref})
+        proxy.fake.default = Reply(text="still thinking.", tool_calls=[call])
+        for stream in (False, True):
+            choice = await _chat(proxy, ref, stream=stream)
+            assert choice.message.content == "still thinking." * 2
+            assert not choice.message.tool_calls and choice.finish_reason == "stop"

@@ -46,6 +46,15 @@ class Dialect(Protocol):
     ) -> dict[str, Any]: ...
     def strip(self, response: dict[str, Any]) -> dict[str, Any]: ...
     def hide(self, response: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any] | None: ...
+    def with_earlier(
+        self, response: dict[str, Any], earlier: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``response``, the answer of a non-streamed turn's last round, with what the
+        ``earlier`` rounds (the answers that called recall, stripped of those calls, in
+        order) showed before its own output, as a stream of the turn shows them (its
+        rounds' text before their recall calls reached the client): ``response``
+        itself when they showed nothing."""
+        ...
 
 
 def _tools(request: dict[str, Any]) -> list[Any] | None:
@@ -240,6 +249,23 @@ class ChatDialect:
         ]
         return {**request, "messages": [*request["messages"], result.assistant, *tool_msgs]}
 
+    def with_earlier(
+        self, response: dict[str, Any], earlier: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The earlier rounds' text before the message's own, joined as a stream's
+        deltas join (nothing in between). Only the text: an earlier round's refusal,
+        audio, annotations or logprobs are not carried over."""
+        shown = "".join(_chat_text(r) for r in earlier)
+        choices = response.get("choices")
+        if not shown or not isinstance(choices, list) or len(choices) != 1:
+            return response
+        choice = dict(choices[0])
+        message = dict(choice.get("message") or {})
+        own = message.get("content")
+        message["content"] = shown + (own if isinstance(own, str) else "")
+        choice["message"] = message
+        return {**response, "choices": [choice]}
+
     def strip(self, response: dict[str, Any]) -> dict[str, Any]:
         choices = []
         for choice in response.get("choices") or []:
@@ -258,6 +284,33 @@ class ChatDialect:
             choice["message"] = message
             choices.append(choice)
         return {**response, "choices": choices}
+
+
+def _chat_text(response: dict[str, Any]) -> str:
+    """The text of a chat answer's one message ("" when none)."""
+    choices = response.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return ""
+    message = choices[0].get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def _listed(response: dict[str, Any], key: str) -> list[Any]:
+    """``response[key]`` when it is a list, else no items."""
+    value = response.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _with_earlier_items(
+    response: dict[str, Any], earlier: list[dict[str, Any]], key: str
+) -> dict[str, Any]:
+    """``response`` with the ``earlier`` answers' items under ``key`` (Responses output
+    items, Messages content blocks) before its own."""
+    shown = [item for answer in earlier for item in _listed(answer, key)]
+    if not shown:
+        return response
+    return {**response, key: [*shown, *_listed(response, key)]}
 
 
 class ResponsesDialect:
@@ -306,6 +359,13 @@ class ResponsesDialect:
         if request.get("store") is False:
             echoed = _stateless(echoed)
         return {**request, "input": [*items, *echoed, *outputs]}
+
+    def with_earlier(
+        self, response: dict[str, Any], earlier: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The earlier rounds' output items (messages, reasoning, hosted tool calls)
+        before the response's own, as a stream's ``response.completed`` lists them."""
+        return _with_earlier_items(response, earlier, "output")
 
     def strip(self, response: dict[str, Any]) -> dict[str, Any]:
         output = [
@@ -371,6 +431,13 @@ class MessagesDialect:
         assistant = {"role": "assistant", "content": result.assistant}
         user = {"role": "user", "content": results}
         return {**request, "messages": [*request["messages"], assistant, user]}
+
+    def with_earlier(
+        self, response: dict[str, Any], earlier: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The earlier rounds' content blocks (text, thinking, server tool blocks)
+        before the message's own, as a stream shows them."""
+        return _with_earlier_items(response, earlier, "content")
 
     def strip(self, response: dict[str, Any]) -> dict[str, Any]:
         content = [

@@ -146,9 +146,17 @@ async def _stream_through(
 async def _run(
     request: web.Request, record: RequestRecord, family: Family, work: Any
 ) -> web.StreamResponse:
-    """Run ``work`` translating upstream errors; emit the event exactly once."""
+    """Run ``work`` translating upstream errors; emit the event exactly once.
+
+    A client that goes away (the handler cancelled, or a write finding the connection
+    closed: :class:`ClientGone`, whose response is returned so that aiohttp ends it
+    quietly) is a 499 with ``client_disconnected``, unless the final event of its
+    streamed answer had reached it: then the answer's own status
+    (:meth:`RequestRecord.client_left`). Anything else escaping ``work`` is a failure
+    of ctxwarden's own: logged as a 500 at error (aiohttp answers it so), never with
+    no status."""
     state = request.app[STATE]
-    status = 0
+    status = 500
     try:
         response: web.StreamResponse = await work
         status = record.cut_status or response.status
@@ -161,13 +169,17 @@ async def _run(
         status = 502
         record.upstream_failed(type(exc).__name__)
         return _error(family, 502, str(exc))
-    except ClientGone:
-        record.set(client_disconnected=True)
-        status = 499
-        raise
+    except ClientGone as exc:  # the connection is closing: never end the answer cleanly
+        status = record.client_left()
+        if request.transport is not None:
+            request.transport.abort()
+        return exc.response
     except asyncio.CancelledError:
-        record.set(client_disconnected=True)
-        status = 499
+        status = record.client_left()
+        raise
+    except Exception as exc:
+        record.level = "error"
+        record.set(error_type=type(exc).__name__)
         raise
     finally:
         record.ended = time.perf_counter()

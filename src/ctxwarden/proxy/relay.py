@@ -10,8 +10,10 @@ Contract:
   connection. Usage is sniffed from SSE events on the side, without delaying them.
 - Recall loop: see :mod:`ctxwarden.proxy.recall`. Non-streamed answers are read,
   recall calls answered and continuations sent until the model answers without the
-  tool. The last round the limit allows asks for no tool call (``tool_choice`` none)
-  when the client left the choice to the model, so the model answers; when the client
+  tool; the answer then holds what the rounds that called recall showed besides
+  their calls, before its own output, as a stream of those rounds shows it. The
+  last round the limit allows asks for no tool call (``tool_choice`` none) when the
+  client left the choice to the model, so the model answers; when the client
   forced some tool call (``required``, Anthropic's ``any``) it goes without the recall
   tool, so the model calls one of the client's own and a forced request never ends
   with neither content nor a call (:meth:`~.dialects.Dialect.last_round`); a recall
@@ -25,8 +27,14 @@ Contract:
   continue ends with an error event in the API's shape where the stream is at an
   event boundary (recall streams), and then the client connection is ABORTED, never
   ended cleanly, so no client takes a truncated answer for a complete one.
-- A client that disconnects raises out of ``write`` (or cancels the handler); the
-  upstream response is then closed, which aborts the upstream request.
+- A client that disconnects raises :class:`ClientGone` out of a write (or cancels
+  the handler); the upstream response is then closed, which aborts the upstream
+  request. Once a stream's final event was written (``[DONE]``, ``message_stop``,
+  ``response.completed``: :func:`~ctxwarden.proxy.sse.ends_stream`) the client has
+  the whole answer, and one that leaves before the upstream's body ends (the openai
+  SDK closes the connection right after ``[DONE]``) aborted nothing
+  (:meth:`RequestRecord.final_event_sent`). The time of an upstream exchange, for
+  the overhead, runs until it ends however it ends, a client leaving included.
 - Recall calls next to the client's own calls (or past the round limit) are stripped
   and never answered in this turn: the client answers its calls, and its next
   request continues the turn. Chat and Messages histories then simply lack the
@@ -59,7 +67,7 @@ from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
 from ctxwarden.proxy.rollout import canary_name
-from ctxwarden.proxy.sse import SSESplitter, Usage
+from ctxwarden.proxy.sse import SSESplitter, Usage, ends_stream
 from ctxwarden.proxy.state import ProxyState, RequestRecord
 from ctxwarden.proxy.stream_filters import FILTERS, ResponsesFilter, StreamFilter
 from ctxwarden.proxy.upstream import (
@@ -77,7 +85,13 @@ _log = logging.getLogger("ctxwarden.proxy")
 
 
 class ClientGone(Exception):
-    """The client disconnected while we were writing to it."""
+    """The client disconnected while we were writing ``response`` to it. The handler
+    returns ``response`` (aiohttp then finds the connection closed and ends quietly;
+    an exception raised out of a handler is logged as an error)."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        super().__init__("the client disconnected")
+        self.response = response
 
 
 class Exchange:
@@ -131,13 +145,35 @@ def _is_sse(response: aiohttp.ClientResponse) -> bool:
     return response.content_type == "text/event-stream"
 
 
+_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
+"""What aiohttp raises writing to a connection the client closed."""
+
+
+async def _prepare(out: web.StreamResponse, request: web.Request) -> None:
+    """Send ``out``'s status and headers; :class:`ClientGone` when the client left."""
+    try:
+        await out.prepare(request)
+    except _GONE as exc:
+        raise ClientGone(out) from exc
+
+
 async def _write(out: web.StreamResponse, data: bytes) -> None:
+    """Write ``data`` to the client; :class:`ClientGone` when it left."""
     if not data:
         return
     try:
         await out.write(data)
-    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
-        raise ClientGone() from exc
+    except _GONE as exc:
+        raise ClientGone(out) from exc
+
+
+async def _end(out: web.StreamResponse) -> None:
+    """End ``out`` cleanly; :class:`ClientGone` when the client left (it may close the
+    connection as soon as it read the final event, before the end is written)."""
+    try:
+        await out.write_eof()
+    except _GONE as exc:
+        raise ClientGone(out) from exc
 
 
 def _abort(request: web.Request) -> None:
@@ -180,53 +216,67 @@ async def relay(
     """Send ``body`` (``length``: see ``Upstream.open``) and relay the answer (see
     module contract)."""
     started = time.perf_counter()
-    async with ex.open(body, length) as upstream:
-        record.headers_in(time.perf_counter() - started)
-        record.set(upstream_status=upstream.status)
-        sse = _is_sse(upstream)
-        if not sse and _read_whole(ex.request, upstream):
+    try:
+        async with ex.open(body, length) as upstream:
+            record.headers_in(time.perf_counter() - started)
+            record.set(upstream_status=upstream.status)
+            sse = _is_sse(upstream)
+            if sse or not _read_whole(ex.request, upstream):
+                return await _relay_streamed(ex, upstream, record, sse)
             data = await _read(upstream)
-            record.add_upstream(time.perf_counter() - started)
+            status, headers = upstream.status, _plain_headers(ex.request, upstream)
             json_answer = upstream.content_type == "application/json"
-            if json_answer and (b'"usage"' in data or ex.canary is not None):
-                obj = _loads(data)
-                record.usage.observe(obj)
-                if upstream.status == 200 and isinstance(obj, dict):
-                    ex.answered(obj.get("id"))
-            headers = _plain_headers(ex.request, upstream)
-            return web.Response(body=data, status=upstream.status, headers=headers)
-        headers = response_headers(upstream.headers)
-        known = upstream.content_length
-        if not sse and known is not None and "Content-Encoding" not in upstream.headers:
-            headers["Content-Length"] = str(known)  # the bytes pass through unchanged
-        out = web.StreamResponse(status=upstream.status, headers=headers)
-        await out.prepare(ex.request)
-        splitter = SSESplitter()
-        # a JSON answer too large to read whole: its id, when it is the first key
-        json_answer = not sse and upstream.content_type == "application/json"
-        head = b"" if json_answer and ex.canary is not None and upstream.status == 200 else None
-        try:
-            async for chunk in upstream.content.iter_any():
-                # events first: a response's id is remembered before the client sees it
-                for event in splitter.feed(chunk) if sse else ():
-                    if '"usage"' in event.data:
-                        record.usage.observe(event.json())
-                    if ex.canary is not None and '"response.created"' in event.data:
-                        _created(ex, event.json())
-                if head is not None:
-                    head, found = _leading_id(head + chunk)
-                    if found is not None:
-                        ex.answered(found)
-                await _write(out, chunk)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            error = translate_read_error(exc, upstream.url)
-            record.set(error_type=type(error).__name__)
-            record.add_upstream(time.perf_counter() - started)
-            record.cut(504 if isinstance(error, UpstreamTimeout) else 502)
-            _abort(ex.request)  # mid-event bytes may be out: no error event, only the cut
-            return out
+    finally:  # read, cut off, refused or left by the client: the upstream's time
         record.add_upstream(time.perf_counter() - started)
-    await out.write_eof()
+    if json_answer and (b'"usage"' in data or ex.canary is not None):
+        obj = _loads(data)
+        record.usage.observe(obj)
+        if status == 200 and isinstance(obj, dict):
+            ex.answered(obj.get("id"))
+    return web.Response(body=data, status=status, headers=headers)
+
+
+async def _relay_streamed(
+    ex: Exchange, upstream: aiohttp.ClientResponse, record: RequestRecord, sse: bool
+) -> web.StreamResponse:
+    """Write the answer to the client chunk by chunk as it arrives (an SSE stream, or a
+    body not read whole; see module contract). Once an SSE stream's final event is out
+    (:func:`~.sse.ends_stream`) the client has the whole answer: one that leaves then,
+    before the upstream's body ends, aborted nothing (:meth:`RequestRecord.final_event_sent`)."""
+    headers = response_headers(upstream.headers)
+    known = upstream.content_length
+    if not sse and known is not None and "Content-Encoding" not in upstream.headers:
+        headers["Content-Length"] = str(known)  # the bytes pass through unchanged
+    out = web.StreamResponse(status=upstream.status, headers=headers)
+    await _prepare(out, ex.request)
+    splitter = SSESplitter()
+    # a JSON answer too large to read whole: its id, when it is the first key
+    json_answer = not sse and upstream.content_type == "application/json"
+    head = b"" if json_answer and ex.canary is not None and upstream.status == 200 else None
+    try:
+        async for chunk in upstream.content.iter_any():
+            final = False
+            # events first: a response's id is remembered before the client sees it
+            for event in splitter.feed(chunk) if sse else ():
+                if '"usage"' in event.data:
+                    record.usage.observe(event.json())
+                if ex.canary is not None and '"response.created"' in event.data:
+                    _created(ex, event.json())
+                final = final or ends_stream(event)
+            if head is not None:
+                head, found = _leading_id(head + chunk)
+                if found is not None:
+                    ex.answered(found)
+            await _write(out, chunk)
+            if final:
+                record.final_event_sent(out.status)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        error = translate_read_error(exc, upstream.url)
+        record.set(error_type=type(error).__name__)
+        record.cut(504 if isinstance(error, UpstreamTimeout) else 502)
+        _abort(ex.request)  # mid-event bytes may be out: no error event, only the cut
+        return out
+    await _end(out)
     return out
 
 
@@ -307,7 +357,9 @@ async def relay_with_recall(
 
     Non-streamed, nothing reaches the client before the last round: an upstream
     error in any round (a status, or an :class:`UpstreamError` the handler turns
-    into 502/504) is the answer.
+    into 502/504) is the answer. The answer holds what the rounds that called recall
+    showed besides their calls (their text, before the last round's output), as a
+    stream of the same rounds shows it (:meth:`~.dialects.Dialect.with_earlier`).
     """
     if stream:
         return await _stream_loop(ex, api, request, body, tenant, record)
@@ -315,13 +367,16 @@ async def relay_with_recall(
     state = ex.state
     asked = request  # what the client sent (with our tool): answers must not show it
     rounds = 0
+    earlier: list[dict[str, Any]] = []  # the rounds that called recall, stripped
     while True:
         started = time.perf_counter()
-        async with ex.open(body) as upstream:
-            record.headers_in(time.perf_counter() - started)
-            data = await _read(upstream)
-            status, headers = upstream.status, response_headers(upstream.headers)
-        record.add_upstream(time.perf_counter() - started)
+        try:
+            async with ex.open(body) as upstream:
+                record.headers_in(time.perf_counter() - started)
+                data = await _read(upstream)
+                status, headers = upstream.status, response_headers(upstream.headers)
+        finally:  # a round the client left (the handler cancelled) counts too
+            record.add_upstream(time.perf_counter() - started)
         record.set(upstream_status=status, recall_rounds=rounds)
         obj = _loads(data) if status == 200 else None
         if not isinstance(obj, dict):
@@ -330,18 +385,21 @@ async def relay_with_recall(
         result = dialect.find_calls(obj)
         if not result.calls:
             ex.answered(obj.get("id"))
-            hidden = dialect.hide(obj, asked)
-            body_out = data if hidden is None else orjson.dumps(hidden)
-            return web.Response(body=body_out, status=status, headers=headers)
+            shown = dialect.with_earlier(obj, earlier)
+            hidden = dialect.hide(shown, asked)
+            if hidden is None and shown is obj:  # nothing to change: the bytes as sent
+                return web.Response(body=data, status=status, headers=headers)
+            return web.Response(body=orjson.dumps(hidden or shown), status=status, headers=headers)
         if result.other_calls or rounds >= state.settings.max_recall_rounds:
             if api == "openai.responses" and owed.stored(asked):
                 answers = await _answer(state, result, tenant, record)
                 await _owe(state, tenant, obj.get("id"), owed.outputs(answers), record)
             ex.answered(obj.get("id"))
-            stripped = dialect.strip(obj)
+            stripped = dialect.with_earlier(dialect.strip(obj), earlier)
             return web.Response(
                 body=orjson.dumps(dialect.hide(stripped, asked) or stripped), headers=headers
             )
+        earlier.append(dialect.strip(obj))
         answers = await _answer(state, result, tenant, record)
         request = _continuation(dialect, request, result, answers, rounds, state)
         body = orjson.dumps(request)
@@ -400,7 +458,6 @@ async def _stream_loop(
                 record.set(upstream_status=upstream.status)
                 if upstream.status != 200 or not _is_sse(upstream):
                     data = await _read(upstream)
-                    record.add_upstream(time.perf_counter() - started)
                     if out is None:
                         headers = response_headers(upstream.headers)
                         return web.Response(body=data, status=upstream.status, headers=headers)
@@ -408,7 +465,7 @@ async def _stream_loop(
                     return await _fail(ex.request, out, flt, upstream.status, data, message, record)
                 if out is None:
                     out = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
-                    await out.prepare(ex.request)
+                    await _prepare(out, ex.request)
                 try:
                     await _pump(upstream, flt, out, record)
                 finally:  # the id the client was shown, if any, cut off or not
@@ -417,7 +474,6 @@ async def _stream_loop(
                 if rounds and (flt.errored or not flt.round_ended()):
                     # a continuation that failed or stopped short: never the previous
                     # round's ending, which would pass a truncated answer as complete
-                    record.add_upstream(time.perf_counter() - started)
                     record.set(error_type="UpstreamIncomplete")
                     if flt.errored:  # its error event went out already
                         record.cut(502)
@@ -429,10 +485,10 @@ async def _stream_loop(
             if out is None:
                 raise
             record.set(error_type=type(exc).__name__)
-            record.add_upstream(time.perf_counter() - started)
             status = 504 if isinstance(exc, UpstreamTimeout) else 502
             return await _fail(ex.request, out, flt, status, b"", str(exc), record)
-        record.add_upstream(time.perf_counter() - started)
+        finally:  # however the round ended, the client leaving included
+            record.add_upstream(time.perf_counter() - started)
         result = flt.round_result()
         if owing is not None and owing.announced_before():
             debt += result.assistant or []  # a later round than the response the client sees
@@ -453,7 +509,9 @@ async def _stream_loop(
         elif debt:  # the last round's items (its id was announced earlier)
             await _shielded(state, _owe(state, tenant, owing.client_response_id(), debt, record))
     await _write(out, b"".join(flt.finish()))
-    await out.write_eof()
+    if flt.round_ended():  # the final events are out: the client has the whole answer
+        record.final_event_sent(out.status)
+    await _end(out)
     return out
 
 

@@ -100,6 +100,15 @@ class ProxySettings:
                     "Authorization or x-api-key header is forwarded)",
                     name,
                 )
+            if "?" in url or "#" in url:  # an empty one too: "http://h?" keeps the "?"
+                # the client's path is appended to the upstream URL as text: after a
+                # query it lands in the query, and every request went to the path "/"
+                raise ConfigError(
+                    "holds a query or fragment (? or #): not supported (give the origin, "
+                    "with a path prefix if any; the client's own path and query are "
+                    "appended)",
+                    name,
+                )
         if self.admin_token is not None and len(self.admin_token) < 16:
             raise ConfigError("must be at least 16 characters", "admin_token")
         if not (self.gc_interval == 0 or 1 <= self.gc_interval <= 86_400 * 7):  # NaN too

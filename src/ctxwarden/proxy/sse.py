@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["SSEEvent", "SSESplitter", "Usage", "encode_event"]
+__all__ = ["SSEEvent", "SSESplitter", "Usage", "encode_event", "ends_stream"]
 
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -37,6 +37,27 @@ class SSEEvent:
             return orjson.loads(self.data)
         except orjson.JSONDecodeError:
             return None
+
+
+_FINAL_TYPES = ("message_stop", "response.completed", "response.incomplete", "response.failed")
+"""The types of the events that end a Messages or a Responses stream."""
+
+
+def ends_stream(event: SSEEvent) -> bool:
+    """Whether ``event`` is the last one of an answer's stream, after which a client has
+    the whole answer and may close the connection (the openai SDK does so right after
+    ``[DONE]``, before the body ends): Chat Completions' ``data: [DONE]``, Messages'
+    ``message_stop``, a Responses ``response.completed``, ``response.incomplete`` or
+    ``response.failed``. A named event is judged by its name; an unnamed one is parsed
+    only when its data holds one of those types."""
+    if event.data == "[DONE]":
+        return True
+    if event.name is not None:
+        return event.name in _FINAL_TYPES
+    if not any(kind in event.data for kind in _FINAL_TYPES):
+        return False
+    obj = event.json()
+    return isinstance(obj, dict) and obj.get("type") in _FINAL_TYPES
 
 
 def encode_event(data: Any, name: str | None = None) -> bytes:

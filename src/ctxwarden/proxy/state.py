@@ -248,6 +248,9 @@ class RequestRecord:
     emitted)."""
     shadow: asyncio.Task[None] | None = None
     """A shadow condense still filling in this record: the event waits for it."""
+    answered: int | None = None
+    """The status of a streamed answer whose final event reached the client
+    (:meth:`final_event_sent`): a client that leaves after it has the whole answer."""
 
     def set(self, **values: Any) -> None:
         self.fields.update(values)
@@ -272,13 +275,33 @@ class RequestRecord:
         self.at_least("warning")
         self.fields["stream_cut"] = True
 
+    def final_event_sent(self, status: int) -> None:
+        """The final event of a streamed answer of ``status`` was written to the client
+        (:func:`~ctxwarden.proxy.sse.ends_stream`): a disconnect from here on is no
+        client abort (no 499, no ``client_disconnected``), since the client holds the
+        whole answer; the openai SDK closes the connection right after ``[DONE]``, which
+        may come before the upstream's body ends."""
+        self.answered = status
+
+    def client_left(self) -> int:
+        """The status of a request whose client went away (the handler was cancelled,
+        or a write found the connection closed): the answer's own once its final event
+        was sent (:meth:`final_event_sent`), else 499, a client abort, marked
+        ``client_disconnected``."""
+        if self.answered is not None:
+            return self.answered
+        self.fields["client_disconnected"] = True
+        return 499
+
     def headers_in(self, seconds: float) -> None:
         """Time to the first round's response headers (the upstream latency metric)."""
         if self.first_upstream_ms is None:
             self.first_upstream_ms = round(seconds * 1000, 3)
 
     def add_upstream(self, seconds: float) -> None:
-        """Time of one whole upstream exchange (excluded from the overhead)."""
+        """Time of one whole upstream exchange (excluded from the overhead): from the
+        request's start to the end of its body however it ended (read, cut off, failed
+        to connect, or stopped by a client that left), a stream's relaying included."""
         self.upstream_seconds += seconds
 
     def event(self, status: int) -> dict[str, Any]:
