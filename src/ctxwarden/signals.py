@@ -147,15 +147,21 @@ def shown_error_line(line: str) -> str:
     :data:`MAX_ERROR_LINE` characters; a longer one as its first 1,000 characters, the
     characters around its first error signal when that lies between them, and its last
     500 (where assertion details and exit messages end), each cut marked ``[...]``.
-    Two long lines that differ only past their start still show apart by their ends."""
+    Two long lines that differ only past their start still show apart by their ends.
+    A coloured line is measured and cut without its colour codes (:func:`plain_line`),
+    so the error signal is found and no code is cut in half."""
     if len(line) <= MAX_ERROR_LINE:
         return line
+    if "\x1b" in line:
+        line = plain_line(line)
+        if len(line) <= MAX_ERROR_LINE:
+            return line
     tail_start = len(line) - _CUT_TAIL
     spans = [(0, _CUT_HEAD)]
-    if _ERROR_RE.search(line, 0, _CUT_HEAD) is None:
-        hit = _ERROR_RE.search(line, _CUT_HEAD, tail_start)
-        if hit is not None:
-            spans.append((max(_CUT_HEAD, hit.start() - _CUT_AROUND), hit.end() + _CUT_AROUND))
+    hit = _ERROR_RE.search(line)
+    # the text around it, unless it lies well inside the head or inside the tail
+    if hit is not None and hit.end() + _CUT_AROUND > _CUT_HEAD and hit.start() < tail_start:
+        spans.append((max(0, hit.start() - _CUT_AROUND), hit.end() + _CUT_AROUND))
     spans.append((tail_start, len(line)))
     merged: list[tuple[int, int]] = []
     for begin, finish in spans:
@@ -396,6 +402,15 @@ MENTION_SCAN_TAIL = 40_000
 ``MENTION_SCAN_TAIL`` characters (:func:`mention_scores`)."""
 
 
+def _head_and_tail(text: str) -> str:
+    """The first :data:`MENTION_SCAN_HEAD` and last :data:`MENTION_SCAN_TAIL` characters
+    of ``text``, each cut back to a whitespace so that no word is cut in two."""
+    end = max(text.rfind(c, 0, MENTION_SCAN_HEAD) for c in " \n\t")
+    starts = [i for c in " \n\t" if (i := text.find(c, len(text) - MENTION_SCAN_TAIL)) >= 0]
+    start = min(starts, default=len(text))
+    return text[: max(end, 0)] + "\n" + text[start:]
+
+
 @text_memo()
 def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
     """The distinctive strings of ``text`` with an estimate of how likely the agent is
@@ -416,7 +431,7 @@ def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
     took about a second (a log of random identifiers: half a million candidates).
     """
     if len(text) > MENTION_SCAN_HEAD + MENTION_SCAN_TAIL:
-        text = text[:MENTION_SCAN_HEAD] + "\n" + text[-MENTION_SCAN_TAIL:]
+        text = _head_and_tail(text)
     words = _distinctive_tuple(text)
     if any(_NUMBERED_WORD.match(w) for w in words):
         # ``12-def`` in a numbered listing is line 12: listed as the number

@@ -151,7 +151,8 @@ def test_distinctive_strings_match_the_word_rule(words: list[str], sep: str) -> 
 @given(st.lists(_FRAGMENTS, max_size=20))
 def test_is_error_line_equals_the_pattern(fragments: list[str]) -> None:
     line = "".join(fragments).replace("\n", " ")
-    assert is_error_line(line) == bool(_ERROR_RE.search(line))
+    shown = plain_line(line) if "\x1b" in line else line  # as a terminal shows it
+    assert is_error_line(line) == bool(_ERROR_RE.search(shown))
 
 
 @given(st.text(max_size=300))
@@ -217,3 +218,12 @@ def test_a_long_error_line_is_shown_whole_or_cut() -> None:
     assert LinesShown(f"a\n{line}").shows(line)
     assert LinesShown(f"a\n{shown_error_line(line)}").shows(line)
     assert not LinesShown(f"a\n{line[:3000]}").shows(line)
+
+
+def test_a_long_coloured_error_line_is_cut_around_its_signal_without_codes() -> None:
+    from ctxwarden.signals import shown_error_line
+
+    line = "x" * 1500 + " \x1b[31mFAILED\x1b[0m tests/t.py::test_rt - assert 1 == 2 " + "y" * 3000
+    shown = shown_error_line(line)
+    assert "FAILED tests/t.py::test_rt" in shown and "\x1b" not in shown
+    assert LinesShown(shown).shows(line)

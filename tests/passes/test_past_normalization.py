@@ -88,3 +88,55 @@ def test_a_lossy_proposal_saving_less_than_the_normalization_is_not_taken() -> N
     out = engine.condense(wire)
     assert out.request["messages"][3]["content"].startswith("ok\n[ctxwarden: normalized")
     assert out.report["transforms"]["normalize"]["count"] == 1
+
+
+def test_a_string_an_old_output_omits_stays_shown_when_its_normalization_is_truncated() -> None:
+    # mask leaves out of A's placeholder what newer output B shows; B is coloured and
+    # oversized, so its normalization is taken over by truncate in the same step: a
+    # normalization must not count as showing anything for good
+    word = "resolve_tenant_quota_limits"
+    a = "\n".join([f"alpha step {i}: ok alpha_check_{i}" for i in range(60)] + [f"call {word}"])
+    rows = [f"\x1b[32m{i:05d}\x1b[0m loaded record_{i}_field into slot_{i}" for i in range(2600)]
+    rows[1800] = f"\x1b[32m01800\x1b[0m loaded {word} into slot_1800"
+    wire = request(
+        call("c1", "python run_a.py"),
+        result("c1", a),
+        call("c2", "python run_b.py --color"),
+        result("c2", "\n".join(rows)),
+    )
+    out = make_engine("balanced").condense(wire, session="s")
+    sent = out.request["messages"]
+    assert sent[5]["content"].startswith("[ctxwarden: truncated output")
+    assert any(word in str(m.get("content")) for m in sent)
+
+
+def test_a_placeholder_taking_over_a_frozen_normalization_lists_its_mentions() -> None:
+    engine = make_engine("balanced", {**FORCE, "recency_tokens": 3000})
+    messages = request(*_turns(8))["messages"]
+    for end in range(4, len(messages) + 1, 2):
+        out = engine.condense({**request(), "messages": messages[:end]}, session="s")
+    first = out.request["messages"][3]["content"]
+    assert first.startswith("[ctxwarden: condensed output")
+    assert "[mentions: " in first and "t0_item_1" in first
+
+
+def test_a_recent_normalized_output_is_truncated_only_when_its_normalized_form_is_too_big() -> None:
+    # 76 KB with its colour codes, 46 KB without: under the 50 KB guardrail as sent
+    rows = [
+        f"\x1b[38;5;33m\x1b[1m{i:05d}\x1b[0m \x1b[38;5;244mINFO\x1b[0m handled request_{i} "
+        f"for user_{i % 37} in {i % 91} ms"
+        for i in range(900)
+    ]
+    wire = request(call("c1", "tail -n 900 app.log"), result("c1", "\n".join(rows)))
+    out = make_engine("balanced").condense(wire, session="s")
+    assert set(out.report["transforms"]) == {"normalize"}
+    assert "request_450 " in out.request["messages"][3]["content"]
+
+
+def test_a_coloured_output_is_described_without_its_colour_codes() -> None:
+    engine = make_engine("balanced", FORCE)
+    out = engine.condense(request(*_turns(3)), session="s")
+    first = out.request["messages"][3]["content"]
+    assert first.startswith("[ctxwarden: condensed output")
+    assert "\x1b" not in first and "32m" not in first
+    assert "t0_item_1" in first.split("[mentions: ")[1]

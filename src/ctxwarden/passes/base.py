@@ -3,8 +3,10 @@
 A *segment* is one editable text of the request: a tool output (a text part of a tool
 result) or a message text. A pass looks at all segments (so it can compare with newer
 ones) and proposes :class:`Replacement` values for *eligible* segments that no earlier
-pass replaced. Passes never change structure: the renderer writes replacement text at
-the segment's path and nothing else, so pairing, ids and order are kept by construction.
+pass replaced (a lossy pass may also propose for a normalized one:
+:meth:`PassContext.open_segments`). Passes never change structure: the renderer writes
+replacement text at the segment's path and nothing else, so pairing, ids and order are
+kept by construction.
 
 Every replacement that drops information names the original by reference
 (``cw:<12 hex>``); the condenser stores originals only for replacements it adopts.
@@ -96,8 +98,9 @@ class PassContext:
     tokens_to_save: int | None = None
     """Early-exit target: the pipeline stops once this many tokens are saved."""
     settled: frozenset[Path] = frozenset()
-    """Segments whose replacement is sure to be sent (adopted in an earlier step, or
-    proposed in a step that is forced). Any other replacement is a proposal: the
+    """Segments whose replacement is sure to be sent this turn (adopted in an earlier
+    step, or proposed in a step that is forced); a normalization among them may still be
+    replaced by a lossy pass in a later step. Any other replacement is a proposal: the
     planner adopts the proposals from some message onward, so one proposal may rely on
     another only when that one is newer."""
     restating: frozenset[str] = frozenset()

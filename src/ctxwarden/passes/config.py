@@ -101,8 +101,9 @@ class MaskConfig(PassConfig):
     shared_mentions: StrictBool = Field(
         True,
         description="Skip mentions another placeholder of the request already shows; each "
-        "string stays visible somewhere (adopted placeholders never change, while an output "
-        "in full may later become a pointer that shows none of its strings).",
+        "string stays visible somewhere (adopted placeholders stay as sent, while an output "
+        "in full or normalized may later become a pointer or a placeholder that shows none "
+        "of its strings).",
     )
 
 

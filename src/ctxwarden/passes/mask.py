@@ -22,25 +22,22 @@ __all__ = ["MaskPass"]
 
 
 def _shown_words(
-    ctx: PassContext,
-    decided: Mapping[Path, Replacement],
-    wanted: frozenset[str],
-    candidates: frozenset[Path],
+    ctx: PassContext, decided: Mapping[Path, Replacement], wanted: frozenset[str]
 ) -> tuple[Counter[str], list[tuple[int, frozenset[str]]]]:
     """What replacements show of ``wanted``: a multiset over the settled ones (they
-    never change once sent), and each other pass's proposal with its message index,
-    newest first (one counts for a placeholder only when it is newer: the planner
-    adopts proposals from some message onward). Outputs still in full do not count:
-    one may later become a pointer or a note that shows none of its strings. Only
-    ``wanted`` is counted: counting every string of the history made this the costliest
-    step of a long session's request. A ``candidates`` segment's replacement (a
-    normalization this pass may replace) does not count: its placeholder would leave
-    out what only that replacement shows."""
+    stay as sent), and each other pass's proposal with its message index, newest first
+    (one counts for a placeholder only when it is newer: the planner adopts proposals
+    from some message onward). Outputs still in full do not count: one may later
+    become a pointer or a note that shows none of its strings. Nor does a
+    normalization (a :attr:`~PassContext.restating` transform), settled or not: a lossy
+    pass may still replace it, in this step or a later one, with a placeholder of its
+    own that lists other strings. Only ``wanted`` is counted: counting every string of
+    the history made this the costliest step of a long session's request."""
     shown: Counter[str] = Counter()
     proposed: list[tuple[int, frozenset[str]]] = []
     for segment in ctx.segments:
         rep = decided.get(segment.path)
-        if segment.kind != "tool_output" or rep is None or segment.path in candidates:
+        if segment.kind != "tool_output" or rep is None or rep.transform in ctx.restating:
             continue
         words = wanted.intersection(distinctive_set(rep.text))
         if segment.path in ctx.settled:
@@ -54,11 +51,12 @@ def _shown_words(
 def _enough(
     candidates: list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]],
     ctx: PassContext,
+    decided: Mapping[Path, Replacement],
     max_keywords: int,
 ) -> list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]]:
     """The oldest candidates whose placeholders save ``ctx.tokens_to_save``, each
-    counted at its largest (every mention listed), so the early exit never stops
-    short."""
+    counted at its largest (every mention listed) and against what it would replace (a
+    normalization's text, else the output), so the early exit never stops short."""
     chosen = []
     saved = 0
     for segment, built in candidates:
@@ -67,7 +65,9 @@ def _enough(
         body, _, keywords = built
         text = body + "\n" + mentions_line(keywords[:max_keywords]) if keywords else body
         chosen.append((segment, built))
-        saved += max(0, segment.tokens - ctx.counter.count_text(text))
+        held = decided.get(segment.path)
+        now = segment.tokens if held is None else ctx.counter.count_text(held.text)
+        saved += max(0, now - ctx.counter.count_text(text))
     return chosen
 
 
@@ -108,13 +108,12 @@ class MaskPass:
         if not candidates:
             return out
         if ctx.tokens_to_save is not None:  # early exit, oldest first
-            candidates = _enough(candidates, ctx, self.digest.max_keywords)
+            candidates = _enough(candidates, ctx, decided, self.digest.max_keywords)
         shown: Counter[str] | None = None
         proposed: list[tuple[int, frozenset[str]]] = []
         if self.config.shared_mentions:
             wanted = frozenset().union(*(built[2] for _, built in candidates))
-            paths = frozenset(segment.path for segment, _ in candidates)
-            shown, proposed = _shown_words(ctx, decided, wanted, paths)
+            shown, proposed = _shown_words(ctx, decided, wanted)
         # mentions newest first: a placeholder leaves out what a newer one lists, and
         # the planner never adopts an older proposal without the newer ones
         # proposed[:taken] (newest first) are counted in shown: an index, as popping the

@@ -18,17 +18,20 @@ Mentions are separated by a space alone (they never hold one): a comma would cos
 token each, a fifth of the list. Head and tail skip lines that say nothing (markup
 such as ``<output>``, a bare exit code, a shell prompt): the header already carries
 the exit status. When neither head nor tail is kept, the elision line is left out:
-the header's line count already says that every line is hidden.
+the header's line count already says that every line is hidden. An output in colour
+is described without its colour codes (its lines and mentions as a terminal shows
+them; the header counts the original's tokens).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import (
+    ANSI_RE,
     TextSearch,
     error_lines,
     exit_status,
@@ -131,6 +134,7 @@ def build_placeholder(
     only add) is already as long in tokens as the segment (an output of thousands of
     error lines, all kept). Then the mentions, the costly part, are not looked for.
     """
+    segment = _uncoloured(segment)
     body, errors, error_set = _body(segment, ref, digest, verb)
     if counter is not None and counter.count_text(body) >= segment.tokens:
         return None
@@ -146,8 +150,17 @@ def placeholder_parts(
 ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """Header and body, kept error lines, and the candidate mentions, best first
     (those below ``digest.min_mention_score`` left out; the caller caps the count)."""
+    segment = _uncoloured(segment)
     body, errors, error_set = _body(segment, ref, digest, verb)
     return body, errors, tuple(_mentions(segment, body, error_set, digest))
+
+
+def _uncoloured(segment: Segment) -> Segment:
+    """``segment`` with its text read without colour codes (``32mcheck_handler`` is no
+    name; a head line full of codes is noise), its token count the original's."""
+    if "\x1b" not in segment.text:
+        return segment
+    return replace(segment, text=ANSI_RE.sub("", segment.text))
 
 
 def _mentions(segment: Segment, body: str, error_set: set[str], digest: Digest) -> list[str]:

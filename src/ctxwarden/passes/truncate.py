@@ -40,7 +40,8 @@ class TruncatePass:
     ) -> dict[Path, Replacement]:
         out: dict[Path, Replacement] = {}
         for segment in ctx.open_segments(decided, past_restated=True):
-            if not self._oversized(segment.text):
+            held = decided.get(segment.path)  # a normalization: judged as it is sent
+            if not self._oversized(segment.text if held is None else held.text):
                 continue
             ref = ref_for(segment.text)
             built = build_placeholder(

@@ -288,7 +288,7 @@ def _eligible(
 
 
 _EDITABLE: IdentityMemo[Message, None, tuple[Path, ...]] = IdentityMemo(
-    MESSAGE_MEMO_LIMIT, weigh=lambda _message: OBJECT_BYTES
+    MESSAGE_MEMO_LIMIT, weigh=Message.footprint
 )
 """The editable paths of an unprotected message when no tool has a policy (they then
 depend on the message alone: its parts and their safety classes)."""
