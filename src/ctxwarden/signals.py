@@ -10,8 +10,10 @@ keep visible so the agent can still find what an old output mentioned.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -236,13 +238,43 @@ class LinesShown:
         return plain_line(line) in self._lines or plain_line(shown_error_line(line)) in self._lines
 
 
+def _candidate_lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` that may be error lines, in order, as written: those
+    holding an error keyword, judged without colour codes (a line of a coloured text is
+    a candidate when its uncoloured form holds one)."""
+    if "\x1b" in text:
+        plain = ANSI_RE.sub("", text)
+        lines = text.split("\n")
+        if plain.count("\n") == len(lines) - 1:  # no code spans a line break
+            ends = list(itertools.accumulate(len(x) + 1 for x in plain.split("\n")))
+            for start in _candidate_line_starts(plain):
+                yield lines[bisect.bisect_right(ends, start)]
+            return
+        # else every coloured line is a candidate too
+        starts = set(_candidate_line_starts(text))
+        i = text.find("\x1b")
+        while i >= 0:
+            starts.add(text.rfind("\n", 0, i) + 1)
+            end = text.find("\n", i)
+            i = -1 if end < 0 else text.find("\x1b", end)
+        for start in sorted(starts):
+            yield _line_at(text, start)
+        return
+    for start in _candidate_line_starts(text):
+        yield _line_at(text, start)
+
+
+def _line_at(text: str, start: int) -> str:
+    end = text.find("\n", start)
+    return text[start:] if end < 0 else text[start:end]
+
+
 def _candidate_line_starts(text: str) -> list[int]:
-    """Start offsets of the lines that hold an error keyword or an escape sequence (whose
-    codes may split a keyword), ascending (a superset of the error lines, found with
-    ``str.find``: ten times faster than scanning ``text`` with :data:`_ERROR_RE`, which
-    tries every alternative at every position)."""
+    """Start offsets of the lines that hold an error keyword, ascending (a superset of
+    the error lines, found with ``str.find``: ten times faster than scanning ``text``
+    with :data:`_ERROR_RE`, which tries every alternative at every position)."""
     starts: set[int] = set()
-    for keyword in (*_ERROR_KEYWORDS, "\x1b"):
+    for keyword in _ERROR_KEYWORDS:
         i = text.find(keyword)
         while i >= 0:
             starts.add(text.rfind("\n", 0, i) + 1)
@@ -264,12 +296,12 @@ def _candidate_line_starts(text: str) -> list[int]:
 @text_memo()
 def _error_lines(text: str, limit: int | None) -> tuple[str, ...]:
     """Same result as testing each line alone with :func:`is_error_line`: the lines
-    holding a keyword are tested in order, each distinct hit kept once."""
+    holding a keyword are tested in order, each distinct hit kept once. In a coloured
+    text the keywords are looked for without the codes (which may split one), and each
+    candidate is tested as written."""
     out: list[str] = []
     seen: set[str] = set()
-    for start in _candidate_line_starts(text):
-        end = text.find("\n", start)
-        line = text[start:] if end < 0 else text[start:end]
+    for line in _candidate_lines(text):
         if line and line not in seen and is_error_line(line):
             seen.add(line)
             out.append(line)

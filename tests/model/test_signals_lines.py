@@ -77,6 +77,7 @@ _FRAGMENTS = st.sampled_from(
         "Traceback (most recent call last)",
         "\x1b[31m",
         "\x1b[0m",
+        "\x1b]0;a\nb\x07",  # a title code across a line break: each line read alone
         "ERR!",
         "npm ",
         "failed",
