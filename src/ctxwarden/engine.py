@@ -271,7 +271,8 @@ class Engine:
             bytes_before = wire_size(conversation)
         except MalformedRequest:
             raise
-        except Exception as exc:  # JSON-incompatible values, huge integers: forward as is
+        except BaseException as exc:  # JSON-incompatible values, huge integers: as is
+            _reraise_fatal(exc)  # a native library's panic is no Exception, but is local
             return CondenseResult(dict(request), _unread_report(api, mode, exc, started))
         tokens_before = sum(element_tokens)
         report: dict[str, Any] = {
@@ -311,14 +312,15 @@ class Engine:
                 rendered, rendered_size = self._render_checked(
                     conversation, outcome, adapter.render
                 )
-            except Exception:
+            except BaseException:
                 with contextlib.suppress(Exception):  # best effort: the fallback stands
                     outcome.commit_original()
                 raise
             outcome.commit()
         except MalformedRequest:
             raise
-        except Exception as exc:  # never fail a request that could be forwarded
+        except BaseException as exc:  # never fail a request that could be forwarded
+            _reraise_fatal(exc)
             reason = exc.__class__.__name__
             if isinstance(exc, ValidationFailed):
                 reason = f"validation: {exc}"
@@ -404,6 +406,14 @@ class Engine:
         self._async_thread = None
 
 
+def _reraise_fatal(exc: BaseException) -> None:
+    """Raise ``exc`` again when it stops the program (Ctrl-C, exit); any other failure,
+    a native library's panic included (``pyo3``'s ``PanicException`` derives from
+    ``BaseException``), only sends the original request."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        raise exc
+
+
 _MODES = frozenset(("active", "shadow", "exact"))
 _CLOSED = "this engine is closed (make a new Engine to condense again)"
 
@@ -445,7 +455,7 @@ def _zero_counters() -> dict[str, Any]:
     }
 
 
-def _unread_report(api: str, mode: Mode, exc: Exception, started: float) -> dict[str, Any]:
+def _unread_report(api: str, mode: Mode, exc: BaseException, started: float) -> dict[str, Any]:
     """The report of a request the engine could not read (it is returned unchanged):
     the counters of a fallback; what was never measured is ``None``."""
     unknown = ("session", "model", "messages", "bytes_before", "bytes_after",
@@ -462,7 +472,7 @@ def _unread_report(api: str, mode: Mode, exc: Exception, started: float) -> dict
     }
 
 
-def _unread_reason(exc: Exception) -> str:
+def _unread_reason(exc: BaseException) -> str:
     """The class of ``exc``, and for a value JSON cannot encode the encoder's own words
     (a lone surrogate, a key that is no string, an integer past 64 bits: they name the
     kind of value, never the text)."""

@@ -693,3 +693,34 @@ async def test_close_lets_the_calls_made_before_it_end(monkeypatch: pytest.Monke
     await asyncio.to_thread(engine.close)
     results = await asyncio.gather(*calls)
     assert [r.report["fallback_reason"] for r in results] == [None] * len(requests)
+
+
+def test_a_native_panic_while_condensing_sends_the_original(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pyo3's PanicException (a Rust library's panic) derives from BaseException: it is
+    # a failure of this request, which goes out as sent, not an exit of the program
+    import ctxwarden.engine as engine_module
+
+    class Panic(BaseException):
+        pass
+
+    def panic(*_args: Any, **_kwargs: Any) -> None:
+        raise Panic("native code panicked")
+
+    engine = make_engine("balanced", FORCE)
+    request = _requests(SESSIONS[0])[-1]
+    monkeypatch.setattr(engine.condenser, "run", panic)
+    result = engine.condense(request, session="s")
+    assert result.request == request and result.report["fallback_reason"] == "Panic"
+    monkeypatch.setattr(engine_module, "element_hashes", panic)
+    result = engine.condense(request, session="s")
+    assert result.request == request
+    assert result.report["fallback_reason"].startswith("unreadable: ")
+
+    def interrupt(*_args: Any, **_kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine_module, "element_hashes", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        engine.condense(request, session="s")

@@ -133,3 +133,36 @@ def test_an_item_counts_the_same_whichever_api_the_process_saw_it_under_first() 
     seen = warm.condense(chat, api="openai.chat", session="a").report["tokens_before"]
     fresh = engine().condense(chat, api="openai.chat", session="a").report["tokens_before"]
     assert seen == fresh
+
+
+def test_a_text_with_a_huge_whitespace_run_is_counted_in_pieces() -> None:
+    # the tokenizer's native code panics (PanicException, no Exception) on a run of
+    # about a million spaces; such a text is counted in pieces instead of raising
+    counter = TokenCounter()
+    huge = "a" + " " * 1_200_000 + "b"
+    n = counter.count_text(huge)
+    assert 0 < n < len(huge)
+    # a run long enough to be counted in pieces, short enough to encode whole: a token
+    # or so off per piece at most
+    long_run = "start " + "\t" * 120_000 + " end"
+    whole = len(counter._encoding.encode_ordinary(long_run))
+    assert abs(counter.count_text(long_run) - whole) <= 3
+
+
+def test_a_panic_of_the_tokenizer_is_counted_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Panic(BaseException):  # as pyo3's PanicException: not an Exception
+        pass
+
+    counter = TokenCounter()
+    real = counter._encoding.encode_ordinary
+
+    def encode(text: str) -> list[int]:
+        if len(text) > 60_000:
+            raise Panic("native code panicked")
+        return real(text)
+
+    monkeypatch.setattr(
+        counter, "_encoding", type("E", (), {"encode_ordinary": staticmethod(encode)})()
+    )
+    text = "word " * 20_000
+    assert counter.count_text(text) == len(real(text[:50_000])) + len(real(text[50_000:]))

@@ -13,6 +13,7 @@ families) get a calibrated estimate from o200k counts with an explicit confidenc
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -58,6 +59,12 @@ class TokenizerSpec:
     @property
     def exact(self) -> bool:
         return self.scale == 1.0 and self.confidence >= 1.0
+
+
+_PIECE_CHARS = 50_000
+_LONG_BLANK_RUN = re.compile(rf"\s{{{_PIECE_CHARS}}}")
+"""A whitespace run long enough to count its text in pieces (see
+:meth:`TokenCounter._encoded_length`)."""
 
 
 class TokenCounter:
@@ -111,13 +118,34 @@ class TokenCounter:
                 memo.move_to_end(text)
             return cached
         self.misses += 1
-        n = len(self._encoding.encode_ordinary(text))
+        n = self._encoded_length(text)
         with self._lock:
             if text not in memo:
                 memo[text] = n
                 self._bytes += len(text) + _TEXT_ENTRY_BYTES
             self._evict(share(self._own_bytes))
         return n
+
+    def _encoded_length(self, text: str) -> int:
+        """Tokens of ``text``. The tokenizer's native code panics on a run of about a
+        million spaces or tabs (a ``PanicException``, which is no ``Exception``): a text
+        holding a run of :data:`_PIECE_CHARS` whitespace characters is counted in pieces
+        of that size (a token or so off per cut), and so is any text the tokenizer
+        fails on."""
+        if len(text) >= _PIECE_CHARS and _LONG_BLANK_RUN.search(text):
+            return self._length_in_pieces(text)
+        try:
+            return len(self._encoding.encode_ordinary(text))
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException:  # a panic in the tokenizer's native code
+            return self._length_in_pieces(text)
+
+    def _length_in_pieces(self, text: str) -> int:
+        return sum(
+            len(self._encoding.encode_ordinary(text[i : i + _PIECE_CHARS]))
+            for i in range(0, len(text), _PIECE_CHARS)
+        )
 
     def _evict(self, max_bytes: int) -> None:
         """Drop the oldest message counts past half of ``max_bytes``, then the least
