@@ -33,10 +33,11 @@ __all__ = [
 
 
 def read_bytes(source: str | Path) -> bytes:
-    """A file's bytes (``-``: standard input), gunzipped when they are gzip data; a
+    """A file's bytes (``-``: standard input), gunzipped when they are gzip data, without
+    a leading UTF-8 byte-order mark (editors on Windows write one; JSON has none); a
     missing, unreadable or broken file is a :class:`ReplayError` naming it."""
     if str(source) == "-":
-        return sys.stdin.buffer.read()
+        return _without_bom(sys.stdin.buffer.read())
     path = Path(source)
     try:
         data = path.read_bytes()
@@ -49,7 +50,11 @@ def read_bytes(source: str | Path) -> bytes:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             raise ReplayError(f"{path}: broken gzip data ({exc})") from exc
-    return data
+    return _without_bom(data)
+
+
+def _without_bom(data: bytes) -> bytes:
+    return data[3:] if data.startswith(b"\xef\xbb\xbf") else data
 
 
 _DIGITS_AS_ZERO = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
@@ -127,14 +132,25 @@ def load_json(source: str | Path, *, exact: bool = False) -> Any:
     naming the file (``<stdin>`` for ``-``).
 
     ``exact``: read it with :func:`parse_json`, keeping every value as sent (a
-    request that is printed back); otherwise with orjson alone (faster; an integer
-    past 64 bits becomes a float)."""
+    request that is printed back); otherwise with orjson (faster; an integer past 64
+    bits becomes a float), or Python's ``json`` where orjson refuses valid JSON (a lone
+    surrogate escape)."""
     data = read_bytes(source)
     try:
-        return parse_json(data) if exact else orjson.loads(data)
+        return parse_json(data) if exact else _fast_loads(data)
     except ValueError as exc:
         name = "<stdin>" if str(source) == "-" else source
         raise MalformedRequest(f"{name}: not JSON ({exc})", ()) from None
+
+
+def _fast_loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        try:
+            return _stdlib_loads(data)
+        except (ValueError, RecursionError):
+            raise exc from None
 
 
 def guess_api(request: Any) -> str:

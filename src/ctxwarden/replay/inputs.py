@@ -67,6 +67,13 @@ class ReplaySession:
     source: str = ""
 
 
+def _is_input(path: Path) -> bool:
+    """A file a directory's replay reads: named like a session or a request log, in
+    any letter case, and no macOS resource fork (``._name.json.gz``, copied beside
+    every file by an archive made on a Mac)."""
+    return path.name.lower().endswith(_SUFFIXES) and not path.name.startswith("._")
+
+
 def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
     """Files named, plus session / log files found (recursively) in directories named.
     A :class:`ReplayError` names a path that does not exist, or a directory that
@@ -75,7 +82,7 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.name.endswith(_SUFFIXES))
+            found = sorted(f for f in p.rglob("*") if _is_input(f))
             if not found:
                 raise ReplayError(
                     f"{p}: no session or request log in this directory "
@@ -156,7 +163,7 @@ def read_sessions(path: Path) -> list[ReplaySession]:
     """The sessions of one input file (a session file holds one, a request log any
     number). Raises :class:`~ctxwarden.errors.ReplayError` naming the file (and the
     line or JSON path) when it cannot be read as one."""
-    if path.name.endswith((".jsonl", ".jsonl.gz")):
+    if path.name.lower().endswith((".jsonl", ".jsonl.gz")):
         return read_jsonl(path)
     try:
         return [_from_session_file(path)]

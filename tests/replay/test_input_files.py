@@ -1,0 +1,44 @@
+"""Files as other tools write them are read like any session file: a byte-order mark,
+a lone surrogate escape (valid JSON orjson refuses), upper-case names; a macOS
+resource fork beside a session is no input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from ctxwarden.io import load_session
+from ctxwarden.replay.inputs import expand_paths
+from tests.replay.conftest import tool_session
+
+
+def _session_bytes(sid: str) -> bytes:
+    return json.dumps({"id": sid, "messages": tool_session()}).encode()
+
+
+def test_a_session_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + _session_bytes("bom"))
+    assert load_session(path).id == "bom"
+    zipped = tmp_path / "bom.json.gz"
+    zipped.write_bytes(gzip.compress(b"\xef\xbb\xbf" + _session_bytes("bom2")))
+    assert load_session(zipped).id == "bom2"
+
+
+def test_a_lone_surrogate_escape_is_read(tmp_path: Path) -> None:
+    messages = tool_session()
+    messages[-1] = {**messages[-1], "content": "half of a pair: \\ud83d"}
+    text = json.dumps({"id": "s", "messages": messages}).replace("\\\\ud83d", "\\ud83d")
+    path = tmp_path / "surrogate.json"
+    path.write_text(text)
+    session = load_session(path)
+    assert session.messages[-1]["content"] == "half of a pair: \ud83d"
+
+
+def test_a_directory_reads_any_letter_case_and_skips_resource_forks(tmp_path: Path) -> None:
+    (tmp_path / "a.JSON.GZ").write_bytes(gzip.compress(_session_bytes("a")))
+    (tmp_path / "b.json").write_bytes(_session_bytes("b"))
+    (tmp_path / "._b.json").write_bytes(b"\x00\x05\x16\x07 Mac OS X resource fork")
+    (tmp_path / "notes.txt").write_text("not an input")
+    assert [p.name for p in expand_paths([tmp_path])] == ["a.JSON.GZ", "b.json"]
