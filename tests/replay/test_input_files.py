@@ -42,3 +42,16 @@ def test_a_directory_reads_any_letter_case_and_skips_resource_forks(tmp_path: Pa
     (tmp_path / "._b.json").write_bytes(b"\x00\x05\x16\x07 Mac OS X resource fork")
     (tmp_path / "notes.txt").write_text("not an input")
     assert [p.name for p in expand_paths([tmp_path])] == ["a.JSON.GZ", "b.json"]
+
+
+def test_each_session_record_names_its_file_and_source(tmp_path: Path) -> None:
+    from ctxwarden.cli import main
+
+    path = tmp_path / "one.json"
+    obj = {"id": "dup", "source": "agent_x", "messages": tool_session()}
+    path.write_text(json.dumps(obj))
+    report = tmp_path / "r.json"
+    argv = ["replay", str(path), "--no-baselines", "--quiet", "--json", str(report)]
+    assert main(argv) == 0
+    (record,) = json.loads(report.read_text())["subjects"][0]["sessions"]
+    assert (record["session"], record["file"], record["source"]) == ("dup", str(path), "agent_x")

@@ -66,6 +66,10 @@ class SessionMetrics:
     transforms: dict[str, dict[str, int]] = field(default_factory=dict)
     bands: Counter[str] = field(default_factory=Counter)
     fallback_reasons: Counter[str] = field(default_factory=Counter)
+    file: str = ""
+    """The input file the session came from (ids may repeat across files)."""
+    source: str = ""
+    """Where the session was recorded, as its file says (an agent, a benchmark)."""
 
     @property
     def requests(self) -> int:
@@ -110,6 +114,8 @@ class SessionMetrics:
         """The session's figures as plain data (the ``--json`` per-session record)."""
         return {
             "session": self.session,
+            "file": self.file,
+            "source": self.source,
             "model": self.model,
             "requests": self.requests,
             "tokens": sum(self.tokens),

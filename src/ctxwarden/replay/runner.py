@@ -230,8 +230,9 @@ def run_replay(
                 n += 1
                 try:
                     _replay_session(
-                        session, key, subjects, results, counter, info, registry, options
-                    )
+                        session, key, subjects, results, counter, info, registry, options,
+                        str(path),
+                    )  # fmt: skip
                 except MalformedRequest as exc:  # this input's fault: the others go on
                     where = f"{path}: session {session.id}: {exc}"
                     skipped.append(SkippedInput(str(path), session.id, where))
@@ -267,6 +268,7 @@ def _replay_session(
     info: Any,
     registry: Any,
     options: ReplayOptions,
+    file: str,
 ) -> None:
     p_openai = registry.pricing_for(info, "openai")
     p_anthropic = registry.pricing_for(info, "anthropic")
@@ -279,7 +281,7 @@ def _replay_session(
             s,
             r,
             RequestView(count, shared, shared_by_key),
-            SessionMetrics(session.id, session.model),
+            SessionMetrics(session.id, session.model, file=file, source=session.source),
         )
         for s, r in zip(subjects, results, strict=True)
     ]
