@@ -215,13 +215,19 @@ class BoundedMemo(Generic[K, V]):
     """A memo bounded by entries and by the bytes its entries keep alive (see module
     doc); each entry's weight is given when it is stored. ``max_bytes`` is its share of
     the process's budget (at most its own bound). An entry heavier than a quarter of
-    that is not kept: it would push out everything else, turn after turn. Thread-safe."""
+    that would push out everything else, turn after turn: it is kept aside instead, in
+    one of :data:`HEAVY_ENTRIES` slots of their own (the newest kept, all of them
+    together at most ``max_bytes``), so that the few huge outputs of a live session (an
+    output of thirty thousand error lines) are not worked on again at every request.
+    Thread-safe."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
         self._own_bytes = max_bytes
         self._data: dict[K, tuple[V, int]] = {}
         self._bytes = 0
+        self._heavy: tuple[tuple[K, V, int], ...] = ()
+        """Entries too heavy for ``_data``, newest last."""
         self._lock = threading.Lock()
         register_budgeted(self)
 
@@ -237,10 +243,16 @@ class BoundedMemo(Generic[K, V]):
         with self._lock:
             if len(self._data) > self.max_entries or self._bytes > self.max_bytes:
                 self._shrink()
+            self._heavy = _within(self._heavy, self.max_bytes)
 
     def get(self, key: K, default: D) -> V | D:
         entry = self._data.get(key)
-        return default if entry is None else entry[0]
+        if entry is not None:
+            return entry[0]
+        for heavy_key, value, _ in self._heavy:  # a tuple swapped whole: no lock needed
+            if heavy_key is key or heavy_key == key:
+                return value
+        return default
 
     def pop(self, key: K, default: D) -> V | D:
         """Remove and return the value of ``key`` (``default`` when absent): for values
@@ -248,6 +260,10 @@ class BoundedMemo(Generic[K, V]):
         with self._lock:
             entry = self._data.pop(key, None)
             if entry is None:
+                for heavy in self._heavy:
+                    if heavy[0] == key:
+                        self._heavy = tuple(h for h in self._heavy if h is not heavy)
+                        return heavy[1]
                 return default
             self._bytes -= entry[1]
             return entry[0]
@@ -260,6 +276,9 @@ class BoundedMemo(Generic[K, V]):
             if old is not None:
                 self._bytes -= old[1]
             if weight > limit // 4:
+                if weight <= limit:
+                    kept = tuple(h for h in self._heavy if h[0] != key)
+                    self._heavy = _within((*kept, (key, value, weight))[-HEAVY_ENTRIES:], limit)
                 return value
             self._data[key] = (value, weight)
             self._bytes += weight
@@ -275,18 +294,37 @@ class BoundedMemo(Generic[K, V]):
 
     @property
     def weight(self) -> int:
-        return self._bytes
+        return self._bytes + sum(h[2] for h in self._heavy)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._data
+        return key in self._data or any(h[0] == key for h in self._heavy)
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._data) + len(self._heavy)
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
             self._bytes = 0
+            self._heavy = ()
+
+
+HEAVY_ENTRIES = 2
+"""Entries a :class:`BoundedMemo` keeps aside that are too heavy for its main store."""
+
+
+def _within(
+    heavy: tuple[tuple[K, V, int], ...], max_bytes: int
+) -> tuple[tuple[K, V, int], ...]:
+    """The newest of ``heavy`` that weigh at most ``max_bytes`` together."""
+    kept: list[tuple[K, V, int]] = []
+    total = 0
+    for entry in reversed(heavy):
+        if total + entry[2] > max_bytes:
+            break
+        kept.append(entry)
+        total += entry[2]
+    return tuple(reversed(kept))
 
 
 _POSITIONAL, _KEYWORDS = object(), object()

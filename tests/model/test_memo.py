@@ -204,14 +204,28 @@ def test_a_memo_budget_shares_bytes_in_proportion_and_applies_to_later_memos() -
     assert memo_budget() == DEFAULT_MEMO_BUDGET and big.max_bytes < 4 * 2**30
 
 
-def test_an_entry_too_heavy_for_its_memo_is_not_kept_and_pushes_nothing_out() -> None:
-    from ctxwarden.memo import BoundedMemo
+def test_an_entry_too_heavy_for_its_memo_is_kept_aside_and_pushes_nothing_out(
+    no_memo_budget: None,
+) -> None:
+    # an output of thirty thousand error lines was worked on again at every request
+    from ctxwarden.memo import HEAVY_ENTRIES, MISSING, BoundedMemo
 
     memo: BoundedMemo[int, str] = BoundedMemo(1_000, 1_000_000)
     for i in range(50):
         memo.put(i, "x", 100)
-    assert memo.put(-1, "huge", memo.max_bytes // 4 + 1) == "huge"
-    assert -1 not in memo and len(memo) == 50 and memo.weight == 5_000
+    heavy = memo.max_bytes // 4 + 1
+    assert memo.put(-1, "huge", heavy) == "huge"
+    assert memo.get(-1, MISSING) == "huge" and -1 in memo
+    assert all(memo.get(i, MISSING) == "x" for i in range(50))  # nothing pushed out
+    assert memo.weight == 5_000 + heavy
+    for k in range(2, 2 + HEAVY_ENTRIES):  # the newest heavy entries are kept
+        memo.put(-k, "huge", heavy)
+    assert memo.get(-1, MISSING) is MISSING and memo.get(-2, MISSING) == "huge"
+    assert memo.put(-9, "too big", memo.max_bytes + 1) == "too big"  # over the bound
+    assert memo.get(-9, MISSING) is MISSING
+    assert memo.pop(-2, MISSING) == "huge" and memo.get(-2, MISSING) is MISSING
+    memo.clear()
+    assert memo.weight == 0 and len(memo) == 0
 
 
 def test_a_memoized_none_is_an_answer_even_when_evicted_meanwhile() -> None:
