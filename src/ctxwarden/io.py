@@ -22,6 +22,7 @@ __all__ = [
     "bundled_sessions",
     "check_api",
     "dump_json",
+    "fast_loads",
     "guess_api",
     "load_json",
     "load_request",
@@ -137,13 +138,15 @@ def load_json(source: str | Path, *, exact: bool = False) -> Any:
     surrogate escape)."""
     data = read_bytes(source)
     try:
-        return parse_json(data) if exact else _fast_loads(data)
+        return parse_json(data) if exact else fast_loads(data)
     except ValueError as exc:
         name = "<stdin>" if str(source) == "-" else source
         raise MalformedRequest(f"{name}: not JSON ({exc})", ()) from None
 
 
-def _fast_loads(data: bytes) -> Any:
+def fast_loads(data: bytes) -> Any:
+    """JSON ``data`` read by orjson, or by Python's ``json`` where orjson refuses valid
+    JSON (a lone surrogate escape); ``ValueError`` (orjson's) when it is not JSON."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -215,11 +215,12 @@ class BoundedMemo(Generic[K, V]):
     """A memo bounded by entries and by the bytes its entries keep alive (see module
     doc); each entry's weight is given when it is stored. ``max_bytes`` is its share of
     the process's budget (at most its own bound). An entry heavier than a quarter of
-    that would push out everything else, turn after turn: it is kept aside instead, in
-    one of :data:`HEAVY_ENTRIES` slots of their own (the newest kept, all of them
-    together at most ``max_bytes``), so that the few huge outputs of a live session (an
-    output of thirty thousand error lines) are not worked on again at every request.
-    Thread-safe."""
+    that would push out everything else, turn after turn: one of up to half of it is
+    kept aside instead, in one of :data:`HEAVY_ENTRIES` slots of their own (the newest
+    kept, all of them together at most three quarters of ``max_bytes``, and counted
+    against it: the other entries make room, down to a quarter), so that the few huge
+    outputs of a live session (an output of thirty thousand error lines) are not worked
+    on again at every request. Thread-safe."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
@@ -241,9 +242,9 @@ class BoundedMemo(Generic[K, V]):
 
     def trim(self) -> None:
         with self._lock:
-            if len(self._data) > self.max_entries or self._bytes > self.max_bytes:
+            self._heavy = _within(self._heavy, 3 * self.max_bytes // 4)
+            if len(self._data) > self.max_entries or self.weight > self.max_bytes:
                 self._shrink()
-            self._heavy = _within(self._heavy, self.max_bytes)
 
     def get(self, key: K, default: D) -> V | D:
         entry = self._data.get(key)
@@ -275,19 +276,26 @@ class BoundedMemo(Generic[K, V]):
             old = self._data.pop(key, None)
             if old is not None:
                 self._bytes -= old[1]
+            kept = tuple(h for h in self._heavy if h[0] != key)  # no stale copy stays
             if weight > limit // 4:
-                if weight <= limit:
-                    kept = tuple(h for h in self._heavy if h[0] != key)
-                    self._heavy = _within((*kept, (key, value, weight))[-HEAVY_ENTRIES:], limit)
+                if weight <= limit // 2:
+                    kept = (*kept, (key, value, weight))[-HEAVY_ENTRIES:]
+                self._heavy = _within(kept, 3 * limit // 4)
+                if self.weight > limit:
+                    self._shrink()
                 return value
+            self._heavy = kept
             self._data[key] = (value, weight)
             self._bytes += weight
-            if len(self._data) > self.max_entries or self._bytes > limit:
+            if len(self._data) > self.max_entries or self.weight > limit:
                 self._shrink()
         return value
 
     def _shrink(self) -> None:
-        entries, weight = 3 * self.max_entries // 4, 3 * self.max_bytes // 4
+        """Drop the oldest entries down to three quarters of the bounds (of what the
+        heavy entries leave)."""
+        heavy = self.weight - self._bytes
+        entries, weight = 3 * self.max_entries // 4, 3 * (self.max_bytes - heavy) // 4
         while self._data and (len(self._data) > entries or self._bytes > weight):
             oldest = next(iter(self._data))
             self._bytes -= self._data.pop(oldest)[1]

@@ -436,11 +436,17 @@ MENTION_SCAN_TAIL = 40_000
 
 def _head_and_tail(text: str) -> str:
     """The first :data:`MENTION_SCAN_HEAD` and last :data:`MENTION_SCAN_TAIL` characters
-    of ``text``, each cut back to a whitespace so that no word is cut in two."""
-    end = max(text.rfind(c, 0, MENTION_SCAN_HEAD) for c in " \n\t")
-    starts = [i for c in " \n\t" if (i := text.find(c, len(text) - MENTION_SCAN_TAIL)) >= 0]
-    start = min(starts, default=len(text))
-    return text[: max(end, 0)] + "\n" + text[start:]
+    of ``text``, each cut at a whitespace within :data:`_CUT_SLACK` characters so that
+    no word is cut in two (where there is none, minified JSON or a bundle, exactly
+    there)."""
+    head, tail = MENTION_SCAN_HEAD, len(text) - MENTION_SCAN_TAIL
+    end = max(text.rfind(c, head - _CUT_SLACK, head) for c in " \n\t")
+    found = [i for c in " \n\t" if (i := text.find(c, tail, tail + _CUT_SLACK)) >= 0]
+    start = min(found, default=tail)
+    return text[: end if end >= 0 else head] + "\n" + text[start:]
+
+
+_CUT_SLACK = 1_000
 
 
 @text_memo()

@@ -221,11 +221,26 @@ def test_an_entry_too_heavy_for_its_memo_is_kept_aside_and_pushes_nothing_out(
     for k in range(2, 2 + HEAVY_ENTRIES):  # the newest heavy entries are kept
         memo.put(-k, "huge", heavy)
     assert memo.get(-1, MISSING) is MISSING and memo.get(-2, MISSING) == "huge"
-    assert memo.put(-9, "too big", memo.max_bytes + 1) == "too big"  # over the bound
+    assert memo.weight <= memo.max_bytes  # counted against the bound, never past it
+    assert memo.put(-9, "too big", memo.max_bytes // 2 + 1) == "too big"  # over half
     assert memo.get(-9, MISSING) is MISSING
-    assert memo.pop(-2, MISSING) == "huge" and memo.get(-2, MISSING) is MISSING
+    memo.put(-2, "light again", 10)  # stored light: no stale heavy copy stays
+    assert memo.pop(-2, MISSING) == "light again" and memo.get(-2, MISSING) is MISSING
     memo.clear()
     assert memo.weight == 0 and len(memo) == 0
+
+
+def test_heavy_entries_make_the_others_room_within_the_bound(no_memo_budget: None) -> None:
+    from ctxwarden.memo import BoundedMemo
+
+    memo: BoundedMemo[int, str] = BoundedMemo(100_000, 1_000_000)
+    for i in range(9_000):
+        memo.put(i, "x", 100)  # 900,000 bytes of light entries
+    memo.put(-1, "huge", 400_000)
+    memo.put(-2, "huge", 300_000)
+    assert memo.weight <= memo.max_bytes
+    memo.trim()
+    assert memo.weight <= memo.max_bytes and memo.get(-2, None) == "huge"
 
 
 def test_a_memoized_none_is_an_answer_even_when_evicted_meanwhile() -> None:

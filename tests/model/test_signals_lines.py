@@ -228,3 +228,13 @@ def test_a_long_coloured_error_line_is_cut_around_its_signal_without_codes() -> 
     shown = shown_error_line(line)
     assert "FAILED tests/t.py::test_rt" in shown and "\x1b" not in shown
     assert LinesShown(shown).shows(line)
+
+
+def test_a_huge_output_without_whitespace_is_still_ranked() -> None:
+    # minified JSON: no whitespace to cut at, so the window is cut where it falls
+    from ctxwarden.signals import mention_scores
+
+    text = ",".join(f'{{"id":"req_{i:06d}"}}' for i in range(25_000))
+    assert len(text) > 400_000 and " " not in text
+    words = {w for w, _ in mention_scores(text)}
+    assert "req_000001" in words and "req_024999" in words

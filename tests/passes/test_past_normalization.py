@@ -140,3 +140,23 @@ def test_a_coloured_output_is_described_without_its_colour_codes() -> None:
     assert first.startswith("[ctxwarden: condensed output")
     assert "\x1b" not in first and "32m" not in first
     assert "t0_item_1" in first.split("[mentions: ")[1]
+
+
+def test_a_title_code_across_lines_does_not_swallow_error_lines() -> None:
+    # an unterminated-on-its-line OSC code (a terminal title) closed lines later:
+    # stripped over the whole text it took the lines between, an error line with them
+    rows = [f"build step {i}: compiled unit_{i}.o" for i in range(200)]
+    rows[10] = "\x1b]0;building" + rows[10]
+    rows[60] = "ERROR: build step failed"
+    rows[90] = rows[90] + "\x07"
+    rows[150] = "\x1b[31mFAILED tests/test_x.py::test_y\x1b[0m"
+    wire = request(
+        call("c1", "make --color"),
+        result("c1", "\n".join(rows)),
+        call("c2", "ls"),
+        result("c2", lines_of("ls", 30)),
+    )
+    out = make_engine("balanced", FORCE).condense(wire)
+    sent = out.request["messages"][3]["content"]
+    assert sent.startswith("[ctxwarden: condensed output")
+    assert "\nERROR: build step failed" in sent and "FAILED tests/test_x.py::test_y" in sent

@@ -55,3 +55,20 @@ def test_each_session_record_names_its_file_and_source(tmp_path: Path) -> None:
     assert main(argv) == 0
     (record,) = json.loads(report.read_text())["subjects"][0]["sessions"]
     assert (record["session"], record["file"], record["source"]) == ("dup", str(path), "agent_x")
+
+
+def test_a_request_log_with_a_lone_surrogate_escape_is_read(tmp_path: Path) -> None:
+    from ctxwarden.replay.inputs import read_jsonl
+
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "half: \\ud83d"}]}
+    line = json.dumps({"session": "s", "request": request}).replace("\\\\ud83d", "\\ud83d")
+    path = tmp_path / "log.jsonl"
+    path.write_text(line + "\n")
+    (session,) = read_jsonl(path)
+    assert session.requests[0].request["messages"][0]["content"] == "half: \ud83d"
+
+
+def test_a_directory_named_like_an_input_is_no_input(tmp_path: Path) -> None:
+    (tmp_path / "sub.json").mkdir()
+    (tmp_path / "sub.json" / "a.json").write_bytes(_session_bytes("a"))
+    assert [p.name for p in expand_paths([tmp_path])] == ["a.json"]

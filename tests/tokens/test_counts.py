@@ -166,3 +166,13 @@ def test_a_panic_of_the_tokenizer_is_counted_in_pieces(monkeypatch: pytest.Monke
     )
     text = "word " * 20_000
     assert counter.count_text(text) == len(real(text[:50_000])) + len(real(text[50_000:]))
+
+
+def test_the_long_run_check_starts_only_where_a_run_starts() -> None:
+    # tried at every position it re-read the rest of each run: four runs of 49,999
+    # spaces took 15 s to check; a run is found from its start or not at all
+    from ctxwarden.tokens.counter import _LONG_BLANK_RUN
+
+    assert _LONG_BLANK_RUN.search("a" + " " * 50_000 + "b")
+    assert _LONG_BLANK_RUN.search(" " * 50_000)
+    assert not _LONG_BLANK_RUN.search(("x" + " " * 49_999) * 4)

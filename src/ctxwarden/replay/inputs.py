@@ -28,11 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ctxwarden.adapters import ADAPTERS
 from ctxwarden.errors import CtxwardenError, ReplayError
-from ctxwarden.io import guess_api, load_session, read_bytes, session_requests
+from ctxwarden.io import fast_loads, guess_api, load_session, read_bytes, session_requests
 from ctxwarden.replay.wire import item_role, items_of
 
 __all__ = [
@@ -71,7 +69,8 @@ def _is_input(path: Path) -> bool:
     """A file a directory's replay reads: named like a session or a request log, in
     any letter case, and no macOS resource fork (``._name.json.gz``, copied beside
     every file by an archive made on a Mac)."""
-    return path.name.lower().endswith(_SUFFIXES) and not path.name.startswith("._")
+    name = path.name
+    return name.lower().endswith(_SUFFIXES) and not name.startswith("._") and path.is_file()
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
@@ -119,8 +118,8 @@ def read_jsonl(path: Path) -> list[ReplaySession]:
         if not line.strip():
             continue
         try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
+            record = fast_loads(line)
+        except ValueError as exc:
             raise ReplayError(f"{path}:{n}: not JSON ({exc})") from None
         if not isinstance(record, dict):
             raise ReplayError(f"{path}:{n}: a line must be a JSON object")
