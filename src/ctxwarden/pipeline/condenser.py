@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -267,11 +267,11 @@ class Condenser:
         path: Path,
         r: Replacement,
         counter: TokenCounter,
-        frozen: dict[Path, Replacement],
+        held_by: Mapping[Path, Replacement],
     ) -> int:
-        """Tokens ``r`` saves beyond the frozen replacement it would take over (a
-        normalization a lossy pass condenses further), if any."""
-        held = frozen.get(path)
+        """Tokens ``r`` saves beyond the replacement ``held_by`` holds for its segment
+        (a normalization a lossy pass condenses further), if any."""
+        held = held_by.get(path)
         before = self._saved(view, path, held, counter) if held is not None else 0
         return self._saved(view, path, r, counter) - before
 
@@ -418,10 +418,7 @@ class Condenser:
             if request_tokens < settings.min_request_tokens:
                 continue
             for path, rep in pass_(ctx, decided).items():
-                gain = self._saved(view, path, rep, counter)
-                held = decided.get(path)
-                if held is not None:
-                    gain -= self._saved(view, path, held, counter)
+                gain = self._net_saved(view, path, rep, counter, decided)
                 if gain > 0:
                     decided[path] = new[path] = rep
                     saved += gain
