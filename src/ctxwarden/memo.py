@@ -243,7 +243,7 @@ class BoundedMemo(Generic[K, V]):
     def trim(self) -> None:
         with self._lock:
             self._heavy = _within(self._heavy, 3 * self.max_bytes // 4)
-            if len(self._data) > self.max_entries or self.weight > self.max_bytes:
+            if len(self) > self.max_entries or self.weight > self.max_bytes:
                 self._shrink()
 
     def get(self, key: K, default: D) -> V | D:
@@ -281,21 +281,24 @@ class BoundedMemo(Generic[K, V]):
                 if weight <= limit // 2:
                     kept = (*kept, (key, value, weight))[-HEAVY_ENTRIES:]
                 self._heavy = _within(kept, 3 * limit // 4)
-                if self.weight > limit:
+                if len(self) > self.max_entries or self.weight > limit:
                     self._shrink()
                 return value
             self._heavy = kept
             self._data[key] = (value, weight)
             self._bytes += weight
-            if len(self._data) > self.max_entries or self.weight > limit:
+            if len(self) > self.max_entries or self.weight > limit:
                 self._shrink()
         return value
 
     def _shrink(self) -> None:
-        """Drop the oldest entries down to three quarters of the bounds (of what the
-        heavy entries leave)."""
+        """Drop the oldest entries down to three quarters of the bounds, the heavy
+        entries counted in both (the newest of them kept within the entry bound)."""
+        entries = 3 * self.max_entries // 4
+        self._heavy = self._heavy[len(self._heavy) - min(len(self._heavy), entries) :]
         heavy = self.weight - self._bytes
-        entries, weight = 3 * self.max_entries // 4, 3 * (self.max_bytes - heavy) // 4
+        entries -= len(self._heavy)
+        weight = 3 * (self.max_bytes - heavy) // 4
         while self._data and (len(self._data) > entries or self._bytes > weight):
             oldest = next(iter(self._data))
             self._bytes -= self._data.pop(oldest)[1]
@@ -321,9 +324,7 @@ HEAVY_ENTRIES = 2
 """Entries a :class:`BoundedMemo` keeps aside that are too heavy for its main store."""
 
 
-def _within(
-    heavy: tuple[tuple[K, V, int], ...], max_bytes: int
-) -> tuple[tuple[K, V, int], ...]:
+def _within(heavy: tuple[tuple[K, V, int], ...], max_bytes: int) -> tuple[tuple[K, V, int], ...]:
     """The newest of ``heavy`` that weigh at most ``max_bytes`` together."""
     kept: list[tuple[K, V, int]] = []
     total = 0

@@ -319,3 +319,17 @@ def test_a_text_memo_keeps_keyword_calls_apart_from_positional_ones() -> None:
     assert echo(("x",), ("k", 1)) == ((("x",), ("k", 1)), ())  # not the keyword call's
     assert echo("a", "b") == (("a", "b"), ()) and echo("a") == (("a",), ())
     assert echo(("a", "b")) == ((("a", "b"),), ())  # one tuple argument, not two
+
+
+def test_heavy_entries_count_against_the_entry_bound(no_memo_budget: None) -> None:
+    from ctxwarden.memo import BoundedMemo
+
+    memo: BoundedMemo[int, str] = BoundedMemo(1_000, 1_000_000)
+    memo.put(-1, "huge", 300_000)
+    memo.put(-2, "huge", 300_000)
+    memo.max_entries = 3  # as a test or a smaller budget sets it
+    for i in range(10):
+        memo.put(i, "x", 10)
+        assert len(memo) <= 3
+    memo.trim()
+    assert len(memo) <= 3
