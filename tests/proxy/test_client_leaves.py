@@ -217,3 +217,29 @@ async def test_a_failure_of_the_proxys_own_is_a_500_never_status_0(
     event = await _event(proxy, "models")
     assert event["status"] == 500 and event["level"] == "error"
     assert event["error_type"] == "RuntimeError"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages",
+                                  "/v1/models"])  # fmt: skip
+async def test_a_client_that_leaves_while_sending_its_body_has_an_event(
+    proxy: Proxy, path: str
+) -> None:
+    """A body cut off before its end: the request still gets its one event (the
+    condensed routes read their body before the event was set up, so a client gone
+    by then left no trace at all), and nothing reaches the upstream."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+        f"x-api-key: {KEY_A}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    )
+    writer.write(head.encode() + b'{"model": "gpt-4o", "messages": [')
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    writer.close()
+    await writer.wait_closed()
+    del reader
+    route = path.rsplit("/", 1)[-1].replace("completions", "chat")
+    event = await _event(proxy, route)
+    assert event["status"] == 499 and event["client_disconnected"] is True
+    assert proxy.fake.received == []

@@ -152,7 +152,8 @@ class PipelineConfig(_Strict):
         0,
         ge=0,
         description="Tool output tokens kept in full beyond the newest outputs. Every token "
-        "here is re-sent uncached at each step, so the default relies on relevance instead.",
+        "here is re-sent uncached at each step, so the default keeps none and relies on the "
+        "mentions a placeholder lists (and recall) instead.",
     )
     keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs always kept.")
     keep_newest_percent: float = Field(

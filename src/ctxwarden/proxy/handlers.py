@@ -240,18 +240,27 @@ async def handle_condensed(request: web.Request) -> web.StreamResponse:
     api, route = CONDENSED_ROUTES[request.path]
     family = family_for(request.path, request.headers)
     record = RequestRecord(route, request.method)
+    return await _run(request, record, family, _read_body(request, state, api, family, record))
+
+
+async def _read_body(
+    request: web.Request, state: ProxyState, api: str, family: Family, record: RequestRecord
+) -> web.StreamResponse:
+    """Read a condensed route's body up to ``max_body_bytes`` (inside :func:`_run`, so a
+    client that leaves while sending it still has its event), then condense it, or
+    stream a body over the cap through as sent."""
     cap = state.settings.max_body_bytes
     try:
         raw, complete = await read_capped(request, cap)
     except web.RequestPayloadError:
-        return await _run(request, record, family, _unreadable(family))
+        return await _unreadable(family)
     if not complete:
         ex = Exchange(state, request, _upstream_url(state, family, request))
         record.set(api=api, fallback_reason=f"limit: body over {cap} bytes", fallbacks=1)
         if api == "openai.responses":  # it may owe recall answers (see owed.py)
-            return await _run(request, record, family, _over_cap(ex, record, family, raw))
-        return await _run(request, record, family, _stream_through(ex, record, family, raw))
-    return await _run(request, record, family, _condensed(request, state, api, family, raw, record))
+            return await _over_cap(ex, record, family, raw)
+        return await _stream_through(ex, record, family, raw)
+    return await _condensed(request, state, api, family, raw, record)
 
 
 async def _condensed(
