@@ -101,8 +101,12 @@ cannot be an error line."""
 _E_LINE_RE = re.compile(r"E\s\s")
 
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-"""ANSI escape sequences (colours, cursor moves, titles)."""
+ANSI_RE = re.compile(
+    r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]"
+)
+"""ANSI escape sequences (colours, cursor moves, titles). No match crosses a line
+break (a title code left open on its line is not one), so stripping a whole text equals
+stripping it line by line: a stray title code never takes the lines after it along."""
 
 
 def plain_line(line: str) -> str:
@@ -243,16 +247,11 @@ def _candidate_lines(text: str) -> Iterator[str]:
     holding an error keyword, judged without colour codes (a line of a coloured text is
     a candidate when its uncoloured form holds one)."""
     if "\x1b" in text:
-        plain = ANSI_RE.sub("", text)
+        plain = ANSI_RE.sub("", text)  # the same lines: no code crosses a line break
         lines = text.split("\n")
-        if plain.count("\n") == len(lines) - 1:  # no code spans a line break
-            ends = list(itertools.accumulate(len(x) + 1 for x in plain.split("\n")))
-            for start in _candidate_line_starts(plain):
-                yield lines[bisect.bisect_right(ends, start)]
-            return
-        # else every coloured line is a candidate too
-        for start in _candidate_line_starts(text, (*_ERROR_KEYWORDS, "\x1b")):
-            yield _line_at(text, start)
+        ends = list(itertools.accumulate(len(x) + 1 for x in plain.split("\n")))
+        for start in _candidate_line_starts(plain):
+            yield lines[bisect.bisect_right(ends, start)]
         return
     for start in _candidate_line_starts(text):
         yield _line_at(text, start)
@@ -263,13 +262,12 @@ def _line_at(text: str, start: int) -> str:
     return text[start:] if end < 0 else text[start:end]
 
 
-def _candidate_line_starts(text: str, keywords: Iterable[str] = _ERROR_KEYWORDS) -> list[int]:
-    """Start offsets of the lines that hold one of ``keywords`` (by default an error
-    keyword), ascending (a superset of the error lines, found with ``str.find``: ten
-    times faster than scanning ``text`` with :data:`_ERROR_RE`, which tries every
-    alternative at every position)."""
+def _candidate_line_starts(text: str) -> list[int]:
+    """Start offsets of the lines that hold an error keyword, ascending (a superset of
+    the error lines, found with ``str.find``: ten times faster than scanning ``text``
+    with :data:`_ERROR_RE`, which tries every alternative at every position)."""
     starts: set[int] = set()
-    for keyword in keywords:
+    for keyword in _ERROR_KEYWORDS:
         i = text.find(keyword)
         while i >= 0:
             starts.add(text.rfind("\n", 0, i) + 1)

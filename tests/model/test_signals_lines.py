@@ -6,7 +6,16 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxwarden.signals import _ERROR_RE, LinesShown, error_lines, is_error_line, plain_line
+from ctxwarden.passes.normalize import normalize_text
+from ctxwarden.replay.signals import error_lines as replay_error_lines
+from ctxwarden.signals import (
+    _ERROR_RE,
+    ANSI_RE,
+    LinesShown,
+    error_lines,
+    is_error_line,
+    plain_line,
+)
 
 _LINES = st.sampled_from(
     [
@@ -238,3 +247,22 @@ def test_a_huge_output_without_whitespace_is_still_ranked() -> None:
     assert len(text) > 400_000 and " " not in text
     words = {w for w, _ in mention_scores(text)}
     assert "req_000001" in words and "req_024999" in words
+
+
+@given(st.lists(_FRAGMENTS, max_size=30))
+def test_stripping_codes_from_a_whole_text_equals_stripping_each_line(
+    fragments: list[str],
+) -> None:
+    """No escape sequence crosses a line break: the normalize pass and the replay's
+    error-line reader strip whole texts, the checks strip lines, and both must read the
+    same lines (a title code left open until a later line took every line between)."""
+    text = "".join(fragments)
+    assert ANSI_RE.sub("", text) == "\n".join(ANSI_RE.sub("", x) for x in text.split("\n"))
+    by_line = set().union(*(replay_error_lines(x) for x in text.split("\n")))
+    assert replay_error_lines(text) == by_line
+
+
+def test_normalizing_keeps_the_lines_after_a_title_code_left_open() -> None:
+    lines = ["\x1b]0;building", "step one done", "ERROR: step two", "step three done\x07", "end"]
+    kept = normalize_text("\n".join(lines)).split("\n")
+    assert kept == ["0;building", *lines[1:]]  # only the lone escape goes

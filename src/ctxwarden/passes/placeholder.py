@@ -157,13 +157,11 @@ def placeholder_parts(
 
 def _uncoloured(segment: Segment) -> Segment:
     """``segment`` with its text read without colour codes (``32mcheck_handler`` is no
-    name; a head line full of codes is noise), its token count the original's; line by
-    line, as the error-line checks read it (a title code left open across a line break
-    would swallow the lines up to its end, error lines and line numbers with them)."""
+    name; a head line full of codes is noise), its token count the original's; the
+    same lines (:data:`~ctxwarden.signals.ANSI_RE` never crosses a line break)."""
     if "\x1b" not in segment.text:
         return segment
-    lines = segment.text.split("\n")
-    return replace(segment, text="\n".join(ANSI_RE.sub("", line) for line in lines))
+    return replace(segment, text=ANSI_RE.sub("", segment.text))
 
 
 def _mentions(segment: Segment, body: str, error_set: set[str], digest: Digest) -> list[str]:
