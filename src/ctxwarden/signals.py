@@ -101,9 +101,7 @@ cannot be an error line."""
 _E_LINE_RE = re.compile(r"E\s\s")
 
 
-ANSI_RE = re.compile(
-    r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]"
-)
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 """ANSI escape sequences (colours, cursor moves, titles). No match crosses a line
 break (a title code left open on its line is not one), so stripping a whole text equals
 stripping it line by line: a stray title code never takes the lines after it along."""

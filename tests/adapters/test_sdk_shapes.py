@@ -684,6 +684,7 @@ CHAT: list[Shape] = [
             },
             {"role": "function", "name": "bash", "content": None},
         ],
+        payload=frozenset({("content",), ("function_call", "arguments")}),
     ),
     Shape(
         "refusal_audio",

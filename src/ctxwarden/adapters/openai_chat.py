@@ -134,9 +134,62 @@ def _message(item: Any, path: Path) -> Message:
         parts = list(_content_parts(msg.get("content"), content_path))
     if role == "assistant" and msg.get("tool_calls") is not None:
         parts.extend(_tool_calls(msg["tool_calls"], (*path, "tool_calls")))
+    if role == "assistant" and msg.get("function_call") is not None:
+        parts.append(_legacy_call(msg["function_call"], path))
     if role == "function":
-        parts = [OpaquePart(wire_type="function", path=path, raw_json=_json(msg))]
+        return _legacy_result(msg, path)
     return Message(role=role, parts=tuple(parts), path=path)
+
+
+_LEGACY_ID = "function_call@"
+"""Legacy function calls (``function_call`` / ``role: function``) carry no id: the
+model names a call by its message's index, and a result answers the call of the
+message just before it (the only place the API lets it answer from)."""
+
+
+def _legacy_call(value: Any, path: Path) -> Part:
+    """An assistant's legacy ``function_call``: a call named by its message's index,
+    its ``arguments`` condensable like a tool call's; opaque when it names no function."""
+    if not (isinstance(value, dict) and isinstance(value.get("name"), str)):
+        return OpaquePart(wire_type="function_call", path=(*path, "function_call"),
+                          raw_json=_json(value))  # fmt: skip
+    arguments = value.get("arguments", "")
+    args_path: Path | None = (*path, "function_call", "arguments")
+    if not isinstance(arguments, str):
+        arguments, args_path = _json(arguments), None
+    return ToolCallPart(
+        call_id=f"{_LEGACY_ID}{path[-1]}", name=value["name"], arguments=arguments,
+        path=(*path, "function_call"), arguments_path=args_path,
+    )  # fmt: skip
+
+
+def _legacy_result(msg: dict[str, Any], path: Path) -> Message:
+    """A ``role: function`` message, read as the result of the call just before it
+    (:func:`_paired_legacy_results` makes it opaque again when there is none)."""
+    result = ToolResultPart(
+        call_id=f"{_LEGACY_ID}{path[-1] - 1}" if isinstance(path[-1], int) else _LEGACY_ID,
+        content=_content_parts(msg.get("content"), (*path, "content"), _RESULT),
+        path=path,
+    )
+    return Message(role="function", parts=(result,), path=path)
+
+
+def _paired_legacy_results(messages: tuple[Message, ...], items: list[Any]) -> tuple[Message, ...]:
+    """``messages`` (parsed from the wire ``items``) with every ``role: function``
+    message that follows no legacy call of its own made opaque (the API accepts one
+    anywhere; it stays exactly as sent)."""
+    out: list[Message] | None = None
+    for i, message in enumerate(messages):
+        if message.role != "function":
+            continue
+        wanted = f"{_LEGACY_ID}{i - 1}"
+        if i > 0 and any(c.call_id == wanted for c in messages[i - 1].tool_calls):
+            continue
+        if out is None:
+            out = list(messages)
+        opaque = OpaquePart(wire_type="function", path=message.path, raw_json=_json(items[i]))
+        out[i] = Message(role="function", parts=(opaque,), path=message.path)
+    return messages if out is None else tuple(out)
 
 
 def _tool_names(tools: Any) -> tuple[str, ...]:
@@ -157,7 +210,7 @@ def parse(wire: Any) -> Conversation:
     conversation = Conversation(
         api="openai.chat",
         wire=body,
-        messages=parsed.messages,
+        messages=_paired_legacy_results(parsed.messages, messages),
         item_hashes=parsed.hashes,
         item_sizes=parsed.sizes,
         model=optional_str(body, "model", ()),
