@@ -129,3 +129,18 @@ def test_where_a_string_would_do_the_error_says_so(
         get_adapter(api).parse(request_body)
     assert str(info.value).startswith("expected a string or an array, got ")
     assert info.value.pointer == pointer
+
+
+@pytest.mark.parametrize("flag", [None, False, True])
+def test_an_anthropic_tool_result_flag_sent_as_null_is_not_given(flag: Any) -> None:
+    """The SDKs may send unset optional fields as ``null``: not malformed (the proxy
+    relays malformed requests anyway, but then condenses nothing of them)."""
+    use = {"type": "tool_use", "id": "t", "name": "sh", "input": {}}
+    block = {"type": "tool_result", "tool_use_id": "t", "content": "out", "is_error": flag}
+    body = {"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": [use]},
+                         {"role": "user", "content": [block]}]}  # fmt: skip
+    adapter = get_adapter("anthropic.messages")
+    conversation = adapter.parse(body)
+    (result,) = conversation.messages[2].tool_results
+    assert result.is_error is bool(flag)
+    assert adapter.render(conversation) == body

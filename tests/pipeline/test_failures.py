@@ -202,3 +202,43 @@ def test_a_state_written_without_refs_still_has_its_references_checked(tmp_path:
     assert res.request["messages"][3]["content"] == wires[3]["messages"][3]["content"]
     check_invariants(engine, wires[3], res.request)
     engine.close()
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        {"exact_hashes": None},
+        {"turns": "3"},
+        {"exact_tokens": ["a"]},
+        {"cum_exact": []},
+        {"decisions": {"/messages/3/content": [1, 2, 3, [], 0]}},
+        {"decisions": {"/messages/3/content": ["x", "mask", "cw:000000000000", "cw:ab", 1]}},
+        {"decisions": {"/messages/3/content": ["", "mask", "cw:000000000000", [], 1]}},
+    ],
+    ids=[
+        "null-hashes",
+        "text-turns",
+        "text-tokens",
+        "list-ledger",
+        "int-text",
+        "str-refs",
+        "empty-text",
+    ],
+)
+def test_a_damaged_state_is_a_fresh_session_not_a_session_off(damaged: dict[str, Any]) -> None:
+    """A state row of valid JSON with a value of the wrong type (another writer, a
+    damaged row) is read as no state: the request is condensed, and so is the next one
+    (it made every later request of the session fall back with a TypeError)."""
+    store = MemoryStore()
+    engine = make_engine("balanced", FORCE, store=store)
+    wires = _turns(5)
+    for wire in wires[:3]:
+        engine.condense(wire, session="s")
+    data = orjson.loads(store.get_state("local", "s") or b"{}")
+    store.put_state("local", "s", orjson.dumps({**data, **damaged}))
+    for wire in wires[3:]:
+        res = engine.condense(wire, session="s")
+        assert res.report["fallback_reason"] is None
+        assert res.changed
+        check_invariants(engine, wire, res.request)
+    engine.close()

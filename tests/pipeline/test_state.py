@@ -15,7 +15,7 @@ _decisions = st.dictionaries(
     st.text(min_size=1, max_size=12),
     st.builds(
         Decision,
-        text=st.text(max_size=30),
+        text=st.text(min_size=1, max_size=30),
         transform=st.sampled_from(["mask", "dedupe", "summarize"]),
         original_ref=st.just("cw:5f3a9c21e0b4"),
         refs=st.lists(st.just("cw:000000000001"), max_size=2),
@@ -29,7 +29,9 @@ _decisions = st.dictionaries(
 
 @given(decisions=_decisions, turns=st.integers(0, 1000))
 def test_state_round_trips(decisions: dict[str, Decision], turns: int) -> None:
-    state = SessionState(decisions=decisions, turns=turns, sent_tokens=[1, 2])
+    state = SessionState(
+        decisions=decisions, turns=turns, sent_hashes=["a", "b"], sent_tokens=[1, 2]
+    )
     assert SessionState.decode(state.encode()) == state
 
 

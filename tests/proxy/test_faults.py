@@ -75,27 +75,29 @@ async def test_upstream_errors_pass_through_unchanged(proxy: Proxy, status: int)
     assert orjson.loads(body)["error"]["message"] == f"scripted {status}"
 
 
-async def test_malformed_json_is_400_naming_the_path(proxy: Proxy) -> None:
+async def test_a_body_no_api_reads_is_400_and_a_malformed_one_is_relayed(proxy: Proxy) -> None:
+    """Not JSON, or no object: refused by the proxy with 400 (every API refuses it). A
+    JSON object the adapters find malformed goes upstream as sent, which judges it (an
+    API may accept what the adapters read strictly): its event names where, at warning."""
     url = proxy.openai_url + "/chat/completions"
     status, body = await _post(url, b'{"model": "gpt-4o", "messages": [')
     assert status == 400 and "not valid JSON" in body["error"]["message"]
     bad = {"model": "gpt-4o", "messages": [{"role": "user", "content": "a"}, {"role": 7}]}
     status, body = await _post(url, orjson.dumps(bad))
-    assert status == 400 and body["error"]["param"].startswith("/messages/1")
+    assert status == 400 and body["error"]["param"] == "messages.[1]"  # the upstream's
     headers = {"x-api-key": KEY_A, "anthropic-version": "2023-06-01",
                "Content-Type": "application/json"}  # fmt: skip
     status, body = await _post(proxy.url + "/v1/messages", b"[1, 2]", headers)
     assert status == 400 and body["type"] == "error"
     assert body["error"]["type"] == "invalid_request_error"
-    assert len(proxy.fake.received) == 0  # nothing malformed went upstream
-    # each refusal's event says why and where, at warning, in the mode it was refused in
+    assert [r.body for r in proxy.fake.received] == [orjson.dumps(bad)]
     await proxy.state.drain()
-    events = [(e["level"], e["mode"], e["status"], e["error_type"], e["error_at"])
-              for e in proxy.recorder.events]  # fmt: skip
+    events = [(e["level"], e["mode"], e["status"], e.get("error_type"), e.get("error_at"),
+               e.get("fallback_reason")) for e in proxy.recorder.events]  # fmt: skip
     assert events == [
-        ("warning", "active", 400, "invalid_json", "/"),
-        ("warning", "active", 400, "malformed_request", "/messages/1/role"),
-        ("warning", "active", 400, "not_an_object", "/"),
+        ("warning", "active", 400, "invalid_json", "/", None),
+        ("warning", "active", 400, None, None, "proxy: malformed request at /messages/1/role"),
+        ("warning", "active", 400, "not_an_object", "/", None),
     ]
 
 
@@ -244,3 +246,18 @@ async def test_a_shadow_request_that_is_no_json_object_is_forwarded_as_sent(
             event = proxy.recorder.events[-1]
             assert (event["mode"], event["error_type"], event["status"]) == (
                 "shadow", kind, status)  # fmt: skip
+
+
+async def test_a_request_the_adapters_refuse_but_the_upstream_accepts_succeeds(
+    proxy: Proxy,
+) -> None:
+    """Active mode: a shape the adapters do not read (the fake upstream, like an API
+    more lenient than them, accepts it) is not failed by the proxy: relayed as sent."""
+    body = b'{"model":"gpt-4o","messages":[{"role":"user","content":5}]}'
+    status, answer = await _post(proxy.openai_url + "/chat/completions", body)
+    assert status == 200 and answer["choices"]
+    assert proxy.fake.received[-1].body == body
+    await proxy.state.drain()
+    event = proxy.recorder.last(route="chat")
+    assert event["mode"] == "active" and event["level"] == "warning"
+    assert event["fallback_reason"] == "proxy: malformed request at /messages/0/content"

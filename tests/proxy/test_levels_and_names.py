@@ -136,7 +136,7 @@ async def test_a_malformed_request_outside_the_canary_is_a_warning(
             aiohttp.ClientSession() as session,
             session.post(proxy.openai_url + "/chat/completions", data=body, headers=AUTH) as r,
         ):
-            assert r.status == 200
+            assert r.status == 400  # the upstream's refusal, relayed
         await proxy.state.drain()
         (event,) = proxy.recorder.events
         assert proxy.fake.received[-1].body == body

@@ -242,7 +242,7 @@ async def test_shadow_work_does_not_delay_the_client(
 
 
 async def test_shadow_forwards_what_the_engine_cannot_parse(make_proxy: ProxyFactory) -> None:
-    body = b'{"model":"gpt-4o","messages":[{"role":"tool","content":"x"}]}'
+    body = b'{"model":"gpt-4o","messages":[{"role":"user","content":5}]}'
     async with make_proxy(mode="shadow") as proxy:
         status = await _post(proxy, body)
         assert proxy.fake.received and proxy.fake.received[-1].body == body

@@ -128,8 +128,8 @@ async def test_a_failing_shadow_condense_never_reaches_the_client(
             monkeypatch.setattr(proxy.engine, "condense", broken)
         elif failure == "malformed result":
             monkeypatch.setattr(proxy.engine, "condense", lambda *a, **k: _Broken())
-        else:  # a tool message answering no call: the engine refuses to parse it
-            body = b'{"model":"gpt-4o","messages":[{"role":"tool","content":"x"}]}'
+        else:  # content the engine refuses to parse (the fake upstream accepts it)
+            body = b'{"model":"gpt-4o","messages":[{"role":"user","content":5}]}'
         status, answer = await _post(proxy, body)
         assert status == 200 and orjson.loads(answer)["choices"]
         assert proxy.fake.received[-1].body == body

@@ -85,11 +85,11 @@ def _block(value: Any, path: Path) -> Part:
             path=path,
         )
     if kind == "tool_result":
-        is_error = block.get("is_error", False)
+        is_error = block.get("is_error")  # null: not given, as the SDKs send unset fields
         return ToolResultPart(
             call_id=expect(block.get("tool_use_id"), str, (*path, "tool_use_id")),
             content=_result_content(block.get("content"), (*path, "content")),
-            is_error=bool(expect(is_error, bool, (*path, "is_error"))),
+            is_error=is_error is not None and expect(is_error, bool, (*path, "is_error")),
             path=path,
         )
     if kind == "thinking":

@@ -81,6 +81,9 @@ class SessionState:
 
     @classmethod
     def decode(cls, raw: bytes | None) -> SessionState:
+        """The state ``raw`` encodes; a fresh one when it is absent, unreadable, of
+        another version or holds a value of the wrong type anywhere (a damaged row must
+        not turn condensing off for the rest of its session)."""
         if not raw:
             return cls()
         try:
@@ -95,7 +98,8 @@ class SessionState:
                 for k, v in data["decisions"].items()
             }
             known = {f.name for f in fields(cls)}  # a newer replica's extra keys are ignored
-            return cls(**{k: v for k, v in data.items() if k in known})
+            state = cls(**{k: v for k, v in data.items() if k in known})
+            return state if _well_typed(state) else cls()
         except (
             orjson.JSONDecodeError,
             TypeError,
@@ -113,3 +117,42 @@ def _decision(stored: list[Any], adopted: int, witness: list[str] | None) -> Dec
     text, transform, original_ref, refs, saved = stored[:5]
     seen = (str(witness[0]), str(witness[1])) if witness and len(witness) == 2 else None
     return Decision(text, transform, original_ref, refs, saved, adopted, seen)
+
+
+def _ints(values: Any) -> bool:
+    return isinstance(values, list) and all(type(v) is int for v in values)
+
+
+def _strs(values: Any) -> bool:
+    return isinstance(values, list) and all(isinstance(v, str) for v in values)
+
+
+def _numbers(values: Any) -> bool:
+    return isinstance(values, dict) and all(
+        isinstance(k, str) and type(v) in (int, float) for k, v in values.items()
+    )
+
+
+def _well_typed(state: SessionState) -> bool:
+    """Whether every field of a decoded ``state`` has the type the planner reads."""
+    return (
+        _strs(state.exact_hashes)
+        and _ints(state.exact_tokens)
+        and len(state.exact_hashes) == len(state.exact_tokens)
+        and _strs(state.sent_hashes)
+        and _ints(state.sent_tokens)
+        and len(state.sent_hashes) == len(state.sent_tokens)
+        and all(type(n) is int for n in (state.turns, state.steps, state.risk_until))
+        and _numbers(state.cum_exact)
+        and _numbers(state.cum_sent)
+        and all(
+            isinstance(k, str)
+            and isinstance(d.text, str)
+            and d.text  # the validator never lets an empty replacement out
+            and isinstance(d.transform, str)
+            and isinstance(d.original_ref, str)
+            and _strs(d.refs)
+            and type(d.saved) in (int, float)
+            for k, d in state.decisions.items()
+        )
+    )

@@ -20,7 +20,8 @@ is offered (``tools``, ``tool_choice``)::
     fake.default = lambda body: Reply(text="", tool_calls=[ToolCall(first_tool(body))])
 
 Faults: ``status``/``error`` (an error in the API's own shape), ``delay`` (before
-headers, for timeouts), ``chunk_delay`` (slow streams, for disconnects).
+headers, for timeouts), ``chunk_delay`` (slow streams, for disconnects). A body of a
+shape every provider refuses is answered 400 as they do (:mod:`.fake_checks`).
 
 Responses are stored as OpenAI stores them (unless ``store`` is false): a request
 continuing one of them with ``previous_response_id`` is checked as OpenAI checks it,
@@ -45,6 +46,7 @@ import orjson
 from aiohttp import web
 
 from ctxwarden.proxy import fake_events
+from ctxwarden.proxy.fake_checks import shape_error
 from ctxwarden.proxy.listen import start_site
 from ctxwarden.proxy.shapes import Family, error_body
 
@@ -220,6 +222,13 @@ class FakeUpstream:
                 checked = payload = _loads(item.body)
                 if payload is None:  # JSON only the stdlib reads is checked too
                     payload, checked = {}, _stdlib_loads(item.body)
+                shape = shape_error(api, checked)
+                if shape is not None:
+                    item.finished = True
+                    return web.Response(
+                        body=error_body(family, 400, shape[0], param=shape[1]),
+                        status=400, content_type="application/json",
+                    )  # fmt: skip
                 context: list[Any] = []
                 if api == "responses" and isinstance(checked, dict):
                     context, refused = self._responses_context(checked)

@@ -354,10 +354,9 @@ async def _condense_one(
             _condense_sync, state, parsed, api, session, wanted, server_mode, tenant, decided,
         )  # fmt: skip
     except _Malformed as exc:
-        if exc.decision.mode == "active":
-            _refused(record, exc.decision, "malformed_request", exc.error.pointer)
-            return _error(family, 400, f"malformed request: {exc.error}", param=exc.error.pointer)
-        # shadow (a canary-out session too) is transparent: the upstream judges it
+        # relayed as sent in any mode: the upstream judges it (an API may accept what
+        # the adapters read strictly, a null optional field; refusing it here would
+        # fail a request that succeeds without ctxwarden)
         ran, outcome = True, (exc.decision, None, _malformed_at(exc))
     if ran and outcome is not None:
         decision, result, failure = outcome  # a result, or a failure that says why not
