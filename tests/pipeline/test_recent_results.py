@@ -121,3 +121,33 @@ def test_every_text_block_of_the_newest_turn_is_kept() -> None:
     sent = engine.condense(request, api="anthropic.messages").request["messages"]
     assert sent[-2] == messages[-2]  # the newest turn: both its text blocks whole
     assert sent[1] != messages[1]  # the oldest turn's texts were condensed
+
+
+@pytest.mark.parametrize("preset", ["balanced", "aggressive"])
+def test_every_parallel_call_item_of_the_newest_responses_turn_keeps_its_arguments(
+    preset: str,
+) -> None:
+    """In Responses each parallel call is an item of its own: the newest turn is the
+    run of assistant items (reasoning, calls), not the last item alone (only its last
+    call kept its arguments; a patch the model was about to see the result of was cut)."""
+    content = "\n".join(f"line {j} of the new file" for j in range(60))
+    items: list[Any] = [{"role": "user", "content": "go"}]
+    for t in range(4):
+        items.append({"type": "reasoning", "id": f"rs_{t}", "summary": [],
+                      "encrypted_content": "gAAAA" + "x" * 100})  # fmt: skip
+        calls = [f"call_{t}_{c}" for c in range(3)]
+        for c, call_id in enumerate(calls):
+            arguments = orjson.dumps({"path": f"f{t}_{c}.py", "content": content}).decode()
+            items.append({"type": "function_call", "id": f"fc_{t}_{c}", "call_id": call_id,
+                          "name": "write_file", "arguments": arguments})  # fmt: skip
+        items += [{"type": "function_call_output", "call_id": call_id, "output": _lines(call_id)}
+                  for call_id in calls]  # fmt: skip
+    request = {"model": "gpt-5", "input": items}
+    engine = Engine(EngineConfig(preset=preset, store={"backend": "memory"}))
+    result = engine.condense(request, api="openai.responses")
+    sent = result.request["input"]
+    assert result.report["rewritten"]
+    newest = [i for i, item in enumerate(items) if str(item.get("id", "")).startswith("fc_3")]
+    assert len(newest) == 3 and all(sent[i] == items[i] for i in newest)
+    oldest = [i for i, item in enumerate(items) if str(item.get("id", "")).startswith("fc_0")]
+    assert all(sent[i] != items[i] for i in oldest)  # older turns' arguments were trimmed

@@ -141,7 +141,7 @@ def segment_view(
     view = SegmentView(
         segments=segments,
         eligible=_eligible(conversation, by_path, config),
-        recent=_recent(segments, config),
+        recent=_recent(segments, config, _turn_starts(messages)),
         relevant=_relevant(segments, built.commands, config),
         visible=frozenset(built.visible),
         by_path=by_path,
@@ -331,11 +331,14 @@ def _command(call: ToolCallPart) -> str:
     return command_of(call.arguments) if call.command is None else call.command
 
 
-def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
+def _recent(
+    segments: list[Segment], config: PipelineConfig, turn_of: list[int]
+) -> frozenset[Path]:
     """The segments the recency rules keep whole: the newest outputs (counted per tool
     result, all of whose texts stay together: a shell output's stdout and stderr, a
     result's text blocks), and the texts and calls of the newest turns (a turn's
-    several text blocks, or parallel calls, together)."""
+    several text blocks, or parallel calls, together, even when each is an item of its
+    own: ``turn_of`` maps a message to its turn, :func:`_turn_starts`)."""
     recent: set[Path] = set()
     outputs = [s for s in segments if s.kind == "tool_output"]  # a result's are adjacent
     keep = config.keep_newest_outputs
@@ -355,23 +358,37 @@ def _recent(segments: list[Segment], config: PipelineConfig) -> frozenset[Path]:
         recent.update(s.path for s in outputs[start:end])
         count += 1
         end = start
-    recent |= _newest_turns(segments, "assistant_text", config.keep_newest_texts)
-    recent |= _newest_turns(segments, "tool_args", config.keep_newest_calls)
+    recent |= _newest_turns(segments, "assistant_text", config.keep_newest_texts, turn_of)
+    recent |= _newest_turns(segments, "tool_args", config.keep_newest_calls, turn_of)
     return frozenset(recent)
 
 
-def _newest_turns(segments: list[Segment], kind: str, turns: int) -> set[Path]:
-    """The ``kind`` segments of the newest ``turns`` messages holding any (a message's
-    several text blocks or parallel calls count as one turn)."""
+def _turn_starts(messages: tuple[Message, ...]) -> list[int]:
+    """For each message, the index of the first message of its turn: a run of
+    consecutive assistant items is one turn (a Responses turn's reasoning, text and
+    parallel calls are items of their own); any other message is a turn alone."""
+    starts: list[int] = []
+    for i, message in enumerate(messages):
+        continues = i > 0 and message.role == "assistant" == messages[i - 1].role
+        starts.append(starts[-1] if continues else i)
+    return starts
+
+
+def _newest_turns(
+    segments: list[Segment], kind: str, turns: int, turn_of: list[int]
+) -> set[Path]:
+    """The ``kind`` segments of the newest ``turns`` turns holding any (a message's
+    several text blocks, or a turn's parallel calls, count as one turn)."""
     out: set[Path] = set()
-    messages: set[int] = set()
-    for segment in reversed(segments):  # in message order: a message's are adjacent
+    seen: set[int] = set()
+    for segment in reversed(segments):  # in message order: a turn's are adjacent
         if segment.kind != kind:
             continue
-        if segment.message_index not in messages:
-            if len(messages) == turns:
+        turn = turn_of[segment.message_index]
+        if turn not in seen:
+            if len(seen) == turns:
                 break
-            messages.add(segment.message_index)
+            seen.add(turn)
         out.add(segment.path)
     return out
 
