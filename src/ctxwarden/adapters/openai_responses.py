@@ -224,8 +224,23 @@ def _output(item: dict[str, Any], kind: str, path: Path) -> Message:
             content = (TextPart(text=output, path=(*path, "output"), safety=_RESULT),)
     else:
         content = _content_parts(output, (*path, "output"), _RESULT)
-    result = ToolResultPart(call_id=call_id, content=content, path=path)
+    result = ToolResultPart(call_id=call_id, content=content, path=path, is_error=_failed(item))
     return Message(role="tool", parts=(result,), path=path, item_type=kind)
+
+
+def _failed(item: dict[str, Any]) -> bool:
+    """Whether a call's output says it failed: a shell chunk's exit outcome with a
+    non-zero code, or a patch output's ``failed`` status."""
+    if item.get("status") == "failed":
+        return True
+    output = item.get("output")
+    for chunk in output if isinstance(output, list) else ():
+        outcome = chunk.get("outcome") if isinstance(chunk, dict) else None
+        if isinstance(outcome, dict) and outcome.get("type") == "exit":
+            code = outcome.get("exit_code")
+            if isinstance(code, int) and code != 0:
+                return True
+    return False
 
 
 def _tool_names(tools: Any) -> tuple[str, ...]:

@@ -14,7 +14,9 @@ most likely to need, and the reference that recalls the original or any line ran
     <tail line>
     [mentions: tests/test_io.py read_config parse_header]
 
-Mentions are separated by a space alone (they never hold one): a comma would cost a
+An output its tool flags as failed (``is_error``, a non-zero exit) whose lines match no
+error form shows its head and tail however small it is: the header alone would hide
+what went wrong. Mentions are separated by a space alone (they never hold one): a comma would cost a
 token each, a fifth of the list. Head and tail skip lines that say nothing (markup
 such as ``<output>``, a bare exit code, a shell prompt): the header already carries
 the exit status. When neither head nor tail is kept, the elision line is left out:
@@ -188,7 +190,11 @@ def _body(
     what = f"{verb} of {describe(segment)}" if digest.name_action else verb
     header = f"[ctxwarden: {what}; original {ref} ({', '.join(facts)})]"
     errors = tuple(error_lines(text)) if digest.keep_errors else ()
-    small = segment.tokens < digest.head_tail_min_tokens
+    # a failure that names itself in no line of a known error form (a usage message on
+    # stderr) still shows its head and tail, however small: the header alone would hide
+    # what went wrong
+    failed = segment.is_error or bool(status)
+    small = segment.tokens < digest.head_tail_min_tokens and not (failed and not errors)
     head = [] if small else _pick(lines, min(digest.head_lines, n), reverse=False)
     first_hidden = head[-1] + 1 if head else 0
     tail = (
