@@ -165,14 +165,31 @@ def test_a_panic_of_the_tokenizer_is_counted_in_pieces(monkeypatch: pytest.Monke
         counter, "_encoding", type("E", (), {"encode_ordinary": staticmethod(encode)})()
     )
     text = "word " * 20_000
-    assert counter.count_text(text) == len(real(text[:50_000])) + len(real(text[50_000:]))
+    assert counter.count_text(text) == len(real(text))  # cut at spaces: the same count
 
 
-def test_the_long_run_check_starts_only_where_a_run_starts() -> None:
-    # tried at every position it re-read the rest of each run: four runs of 49,999
-    # spaces took 15 s to check; a run is found from its start or not at all
-    from ctxwarden.tokens.counter import _LONG_BLANK_RUN
+def test_a_huge_text_is_counted_in_pieces_cut_at_whitespace() -> None:
+    counter = TokenCounter()
+    real = counter._encoding.encode_ordinary
+    text = " ".join(f"ident_{i} = value[{i}]" for i in range(40_000))  # ~1 MB
+    assert len(text) > 200_000
+    assert counter.count_text(text) == len(real(text))
+    assert counter.count_text(" " * 1_500_000) > 0  # whole, the tokenizer panics
 
-    assert _LONG_BLANK_RUN.search("a" + " " * 50_000 + "b")
-    assert _LONG_BLANK_RUN.search(" " * 50_000)
-    assert not _LONG_BLANK_RUN.search(("x" + " " * 49_999) * 4)
+
+@pytest.mark.parametrize("pieces", [1, 3, 7])
+def test_a_run_of_one_letter_is_counted_in_bounded_pieces(pieces: int) -> None:
+    # whole, a 4 MB run took 7 s; each piece is at most 10,000 characters
+    counter = TokenCounter()
+    seen: list[int] = []
+    real = counter._encoding.encode_ordinary
+
+    class Spy:
+        @staticmethod
+        def encode_ordinary(text: str) -> list[int]:
+            seen.append(len(text))
+            return real(text)
+
+    counter._encoding = Spy()  # type: ignore[assignment]
+    counter.count_text("x" * (200_000 + pieces))
+    assert max(seen) <= 10_000 and sum(seen) == 200_000 + pieces
