@@ -64,6 +64,15 @@ class StoreConfig(_Strict):
     url: str | None = Field(None, description="Redis or PostgreSQL URL.")
     ttl_seconds: int = Field(30 * 86400, gt=0, description="Artifacts unused this long expire.")
     max_bytes: int = Field(2 * 1024**3, gt=0, description="Cap on stored bytes; gc trims.")
+    gc_interval_seconds: float = Field(
+        3600,
+        ge=0,
+        allow_inf_nan=False,
+        description="An engine collects its store (expired and over-cap entries) on a "
+        "thread of its own at the first condense this long after it was made or last "
+        "collected; 0: never (run `ctxwarden store gc`). The proxy collects on its own "
+        "schedule (`serve --gc-interval`) instead.",
+    )
 
 
 class EngineConfig(_Strict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -107,6 +108,12 @@ class Engine:
         """Set, under the engine lock, when close closes the store: nothing runs after."""
         self._close_lock = threading.Lock()
         """Held through a whole close: a second close waits for the first to end."""
+        self.background_gc = True
+        """Whether condensing starts the store's collection every
+        ``store.gc_interval_seconds`` (a server that collects on a schedule of its own,
+        the proxy, turns it off)."""
+        self._gc_due = time.monotonic() + self.config.store.gc_interval_seconds
+        self._gc_thread: threading.Thread | None = None
 
     def __enter__(self) -> Engine:
         return self
@@ -197,12 +204,30 @@ class Engine:
         names it in the report)."""
         _check_call(session, mode, tenant, one_shot)
         self._check_open()
-        return self._locked(
+        result = self._locked(
             functools.partial(
                 self._condense, request, api, session=session, mode=mode, tenant=tenant,
                 one_shot=one_shot,
             )
         )  # fmt: skip
+        self._collect_when_due()
+        return result
+
+    def _collect_when_due(self) -> None:
+        """Start the store's collection on a thread of its own when it is due (see
+        :attr:`background_gc`); a failure is logged, and the next due time tries again."""
+        interval = self.config.store.gc_interval_seconds
+        if not (self.background_gc and interval) or time.monotonic() < self._gc_due:
+            return
+        with self._parts_lock:
+            running = self._gc_thread is not None and self._gc_thread.is_alive()
+            if self._closed or self._store is None or running or time.monotonic() < self._gc_due:
+                return
+            self._gc_due = time.monotonic() + interval
+            self._gc_thread = threading.Thread(
+                target=_collect, args=(self._store,), name="ctxwarden-gc", daemon=True
+            )
+            self._gc_thread.start()
 
     def _locked(self, condense: Callable[[], CondenseResult]) -> CondenseResult:
         """``condense()``, one at a time (the calls' checks done); none once the store
@@ -380,6 +405,8 @@ class Engine:
                 thread, self._async_thread = self._async_thread, None
             if thread is not None:  # outside the lock: its condense may still make a part
                 thread.shutdown(wait=True)
+            if self._gc_thread is not None:  # a collection under way ends first
+                self._gc_thread.join()
             with self._lock, self._parts_lock:
                 if not self._store_closed and self._store is not None:
                     self._store.close()
@@ -394,7 +421,7 @@ class Engine:
         its acondense thread are made anew on the other side. An engine with an open
         store does not (a connection does not travel)."""
         state = dict(self.__dict__)
-        for name in ("_lock", "_parts_lock", "_close_lock", "_async_thread"):
+        for name in ("_lock", "_parts_lock", "_close_lock", "_async_thread", "_gc_thread"):
             state.pop(name, None)
         return state
 
@@ -404,6 +431,20 @@ class Engine:
         self._parts_lock = threading.RLock()
         self._close_lock = threading.Lock()
         self._async_thread = None
+        self._gc_thread = None
+
+
+_log = logging.getLogger("ctxwarden.engine")
+
+
+def _collect(store: Store) -> None:
+    """One background collection of ``store`` (its outcome logged, no contents)."""
+    try:
+        dropped = store.gc()
+    except Exception as exc:
+        _log.warning("store gc failed: %s", type(exc).__name__)
+    else:
+        _log.info("store gc dropped %d entries", dropped)
 
 
 def _reraise_fatal(exc: BaseException) -> None:

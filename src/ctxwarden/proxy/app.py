@@ -115,6 +115,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         pool_size=s.pool_size,
     )
     await asyncio.get_running_loop().run_in_executor(state.executor, _warm_up, state.engine)
+    state.engine.background_gc = False  # collected here, on --gc-interval's schedule
     collector = asyncio.create_task(_collect_garbage(state)) if s.gc_interval > 0 else None
     yield
     await state.drain(_DRAIN_SECONDS)
