@@ -242,3 +242,36 @@ def test_a_damaged_state_is_a_fresh_session_not_a_session_off(damaged: dict[str,
         assert res.changed
         check_invariants(engine, wire, res.request)
     engine.close()
+
+
+def test_an_old_corrupted_original_is_caught_within_a_few_turns_and_healed(
+    tmp_path: Path,
+) -> None:
+    """Damage to an original adopted turns ago (not only the last step's) is found: one
+    older decision is read back per request in turn. Its segment is sent whole that
+    request (a segment failure), its original is written again from it, so recall works
+    again (it kept failing on every turn while the placeholder kept naming it)."""
+    path = tmp_path / "store.sqlite3"
+    engine = make_engine("balanced", FORCE, store=SqliteStore(path))
+    wires = _turns(12)
+    first = engine.condense(wires[0], session="s")
+    for wire in wires[1:4]:
+        engine.condense(wire, session="s")
+    damaged = _ref_of(first, 3)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE artifacts SET body = substr(body, 1, 10) WHERE ref = ?", (damaged,))
+    db.close()
+    with pytest.raises(StoreError):
+        engine.recall(damaged)
+    failures = 0
+    for wire in wires[4:]:
+        res = engine.condense(wire, session="s")
+        assert res.report["fallback_reason"] is None
+        check_invariants(engine, wire, res.request)
+        failures += res.report["segment_failures"]
+        if failures:
+            assert res.request["messages"][3]["content"] == wire["messages"][3]["content"]
+            break
+    assert failures == 1
+    assert engine.recall(damaged) == wires[0]["messages"][3]["content"]
+    engine.close()

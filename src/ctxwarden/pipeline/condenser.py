@@ -18,7 +18,9 @@ Cache-aware and deterministic:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -299,8 +301,9 @@ class Condenser:
         one store round trip (the store may evict or lose entries between turns, and
         the lookup keeps what a live session re-sends from expiring). The originals of
         the previous request's step are also read back whole once more, which catches
-        bytes damaged since they were written; damage after that is caught where an
-        original is read, on recall, as a typed error."""
+        bytes damaged since they were written, and so are one older decision's per
+        request; a damaged original of the segment itself is written again from it (the
+        segment stays whole this request, counted as a failure)."""
         failed: set[Path] = set()
         kept: dict[Path, tuple[str, Decision]] = {}
         if not state.decisions:
@@ -325,12 +328,20 @@ class Condenser:
             candidates.append((key, segment, decision))
         gone = self._missing(tenant, {ref for _, _, d in candidates for ref in d.refs})
         frozen: dict[Path, Replacement] = {}
+        # read back whole: the previous step's decisions, and one older one per request,
+        # drawn by the turn number (the same on every replica; damage done since a
+        # decision was checked is caught in about as many turns as there are decisions,
+        # not only on recall)
+        older = [key for key, _, d in candidates if d.adopted < state.turns - 1]
+        drawn = older[zlib.crc32(str(state.turns).encode()) % len(older)] if older else None
         for key, segment, decision in candidates:
-            fresh = decision.adopted >= state.turns - 1
-            if any(ref in gone for ref in decision.refs) or (
-                fresh and not all(self._intact(tenant, ref) for ref in decision.refs)
-            ):
+            if any(ref in gone for ref in decision.refs):
                 failed.add(segment.path)
+                continue
+            checked = decision.adopted >= state.turns - 1 or key == drawn
+            if checked and not all(self._intact(tenant, ref) for ref in decision.refs):
+                failed.add(segment.path)
+                self._heal(tenant, segment, decision)
                 continue
             frozen[segment.path] = Replacement(
                 decision.text, decision.transform, stored_refs=tuple(decision.refs)
@@ -375,6 +386,16 @@ class Condenser:
             return self.store.missing(tenant, refs)
         except Exception:  # unavailable: local to the segments, never the request
             return frozenset(refs)
+
+    def _heal(self, tenant: str, segment: Segment, decision: Decision) -> None:
+        """Write a damaged original of ``segment`` again from its text, which reads as
+        it (the segment stays whole this request; recall works again, and a later step
+        may condense it anew). Best effort: a store that fails stays as it is."""
+        if decision.original_ref in decision.refs and not self._intact(
+            tenant, decision.original_ref
+        ):
+            with contextlib.suppress(Exception):
+                self.store.put(tenant, segment.text)
 
     def _intact(self, tenant: str, ref: str) -> bool:
         """True when ``ref`` reads back intact (its digest re-derived)."""
