@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from rich.table import Table
 
@@ -32,7 +32,7 @@ from ctxwarden.config import EngineConfig, StoreConfig, load_config
 from ctxwarden.engine import DEFAULT_TENANT
 from ctxwarden.errors import ConfigError, RequestError, StoreError
 from ctxwarden.store import Store, default_data_dir, open_store, sqlite_path
-from ctxwarden.store.recall import checked_ref, parse_line_range, recall_text
+from ctxwarden.store.recall import MAX_RECALL_LINES, checked_ref, parse_line_range, recall
 
 __all__ = ["register"]
 
@@ -167,11 +167,36 @@ def _where(config: EngineConfig, data_dir: str | None) -> str:
         return "in this process only"
     if not store.url:
         return ""
-    parts = urlsplit(store.url)
-    if parts.password is None:
-        return store.url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    return masked_url(store.url)
+
+
+_MASK = "***"
+_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)?", re.IGNORECASE)
+"""A ``password=`` of libpq's keyword form, its value quoted or not (or empty)."""
+
+
+def masked_url(url: str) -> str:
+    """``url`` with every password shown as ``***``: the one of the user part of a URL,
+    a ``password`` query parameter (PostgreSQL and Redis URLs take one) and the
+    ``password`` of libpq's keyword form (``host=... password=...``)."""
+    if "://" not in url:  # libpq's keyword form
+        return _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + _MASK, url)
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    user, at, hosts = netloc.rpartition("@")
+    if at and ":" in user:
+        netloc = f"{user.split(':', 1)[0]}:{_MASK}@{hosts}"
+    query = "&".join(
+        f"{key}={_MASK}" if unquote_plus(key).strip().lower() == "password" else item
+        for item in parts.query.split("&")
+        for key in [item.split("=", 1)[0]]
+    )
+    # put together by hand: urlunsplit drops an empty host (unix:///run/redis.sock)
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if "?" in url.split("#", 1)[0] else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
+    )
 
 
 def _recall(args: argparse.Namespace) -> int:
@@ -180,11 +205,20 @@ def _recall(args: argparse.Namespace) -> int:
         tenant = args.tenant or DEFAULT_TENANT
         if args.credential_env:
             tenant = _proxy_tenant(args.credential_env, args.data_dir or config.data_dir)
-        text = recall_text(store, args.ref, args.lines, tenant=tenant)
+        found = recall(store, args.ref, args.lines, tenant=tenant)
+    text = found.text
     if not text.endswith("\n"):
         text += "\n"
     sys.stdout.flush()
     write_stdout(text.encode("utf-8"))
+    if found.cut_at is not None and found.wanted is not None:
+        # on stderr: stdout holds the original's lines only (a redirect keeps them exact)
+        print(
+            f"[ctxwarden recall: cut at line {found.cut_at:,} of {found.wanted:,} "
+            f"({MAX_RECALL_LINES:,} lines at most per range); ask for "
+            f"--lines {found.cut_at + 1}-{found.wanted}]",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "content_digest",
     "intact",
     "make_ref",
+    "one_line",
     "state_bytes",
     "storage_name",
     "text_body",
@@ -188,3 +189,9 @@ def intact(ref: str, digest: object, body: object) -> bool:
     except ArtifactCorrupted:
         return False
     return True
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: its lines stripped and joined with ``"; "`` (libpq puts
+    a hint on a line of its own; an error is printed as one line)."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())

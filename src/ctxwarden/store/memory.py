@@ -110,8 +110,9 @@ class MemoryStore:
         }
 
     def gc(self, now: float | None = None) -> int:
-        """Drop session state and artifacts unused for ``ttl``, then the least recently
-        used artifacts until the rest fits ``max_bytes`` (the SQLite rule)."""
+        """Drop session state and artifacts unused for ``ttl``, then the artifacts larger
+        than ``max_bytes`` by themselves (they could never be kept), then the least
+        recently used until the rest fits ``max_bytes`` (the SQLite rule)."""
         now = time.time() if now is None else now
         for key in [k for k, (_, updated) in self._states.items() if now - updated > self.ttl]:
             del self._states[key]
@@ -120,7 +121,10 @@ class MemoryStore:
             self._drop(key)
             dropped += 1
         if self._bytes > self.max_bytes:
-            for key in sorted(self._items, key=lambda k: self._items[k][2]):
+            over = self.max_bytes
+            for key in sorted(
+                self._items, key=lambda k: (self._sizes[k] <= over, self._items[k][2])
+            ):
                 if self._bytes <= self.max_bytes:
                     break
                 self._drop(key)

@@ -19,6 +19,11 @@ drops keys whose expiry falls before ``now``), so callers can treat backends ali
 
 Every redis-py error is translated to :class:`~ctxwarden.errors.StoreError` where it
 enters (:func:`_translated`).
+
+Bounded waits: connecting and every reply wait at most ``timeout`` seconds (default
+:data:`DEFAULT_TIMEOUT`; redis-py 5 waited forever by default), so a server that stops
+answering is a StoreError, not a hang. The URL's own ``socket_timeout`` and
+``socket_connect_timeout`` query parameters win over it.
 """
 
 from __future__ import annotations
@@ -37,12 +42,16 @@ from ctxwarden.store.base import (
     content_digest,
     intact,
     make_ref,
+    one_line,
     state_bytes,
     text_body,
     verified_text,
 )
 
-__all__ = ["RedisStore"]
+__all__ = ["DEFAULT_TIMEOUT", "RedisStore"]
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds the store waits by default to connect and for each reply."""
 
 _SCAN_BATCH = 500
 
@@ -69,7 +78,7 @@ def _translated(action: str) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as exc:
-        raise StoreError(f"redis store failed to {action}: {exc}") from exc
+        raise StoreError(f"redis store failed to {action}: {one_line(str(exc))}") from exc
 
 
 def _segment(name: str) -> str:
@@ -84,10 +93,17 @@ class RedisStore:
     """
 
     def __init__(
-        self, url: str, *, ttl_seconds: float = 30 * 86400, namespace: str = "ctxwarden"
+        self,
+        url: str,
+        *,
+        ttl_seconds: float = 30 * 86400,
+        namespace: str = "ctxwarden",
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         if ttl_seconds <= 0:
             raise StoreError("redis store needs a positive ttl")
+        if not timeout > 0:
+            raise StoreError("redis store needs a positive timeout")
         self.url = url
         self.ttl = ttl_seconds
         self.namespace = namespace
@@ -95,7 +111,14 @@ class RedisStore:
         self._lock = threading.Lock()
         with _translated("connect"):
             try:
-                self._redis: redis.Redis = redis.Redis.from_url(url, decode_responses=False)
+                # the URL's query parameters win over these (redis-py's rule)
+                self._redis: redis.Redis = redis.Redis.from_url(
+                    url,
+                    decode_responses=False,
+                    socket_timeout=timeout,
+                    socket_connect_timeout=timeout,
+                    socket_keepalive=True,
+                )
             except (ValueError, TypeError) as exc:
                 raise StoreError(f"redis store failed to connect: invalid url: {exc}") from exc
             self._redis.ping()

@@ -71,9 +71,21 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX artifacts_lookup ON artifacts (tenant, ref, last_used, size);
         """,
     ),
+    (
+        "0004_sessions_updated",
+        """
+        CREATE INDEX sessions_updated ON sessions (updated);
+        """,
+    ),
 )
 
 _LOOKUP_INDEX = "artifacts_lookup"
+
+GC_BATCH = 1000
+"""Rows ``gc`` deletes per write transaction: it commits and lets go of the store (the
+SQLite write lock and the store's own lock) between batches, so writers of other
+processes and threads get in (one transaction over a 2 GB store held the write lock
+for 12-18 s: another process's write failed as "database is locked")."""
 
 
 @contextmanager
@@ -138,6 +150,8 @@ class SqliteStore:
         self.ttl = ttl_seconds
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._puts = 0  # artifacts written through this store (gc's running total)
+        self._held = 0.0  # seconds the last gc batch held the store
         with _translated("open"):
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -260,6 +274,7 @@ class SqliteStore:
         key = storage_name(tenant)
         with self._lock, _translated("store an artifact"):
             self._check_file("store an artifact")
+            self._puts += 1
             row = (key, ref, digest, body, len(body), now, now)
             written = self._db.execute(
                 "INSERT INTO artifacts VALUES (?,?,?,?,?,?,?) "
@@ -380,46 +395,124 @@ class SqliteStore:
         return {"artifacts": artifacts, "bytes": size, "sessions": sessions, "tenants": tenants}
 
     def gc(self, now: float | None = None) -> int:
-        """Drop what expired, then the least recently used past the cap: one write
-        transaction, so two collectors at once (two replicas, a cron and the CLI) see
-        each other's deletions instead of trimming the same excess twice."""
+        """Drop what expired, then what is past the cap: artifacts larger than the cap
+        by themselves (they could never be kept), then the least recently used.
+
+        Deletes in batches of :data:`GC_BATCH` rows, each its own write transaction; the
+        store (the SQLite write lock and the store's lock) is let go between batches for
+        about as long as the batch held it, so other writers get in. Each batch of the
+        cap trim counts the excess again inside its transaction, so two collectors at
+        once (two replicas, a cron and the CLI) see each other's deletions instead of
+        trimming the same excess twice."""
         now = time.time() if now is None else now
+        dropped = 0
+        expired = now - self.ttl
+        self._trim_batches(
+            "DELETE FROM sessions WHERE (tenant, session) IN (SELECT tenant, session "
+            "FROM sessions WHERE updated < ? ORDER BY updated LIMIT ?)",
+            (expired, GC_BATCH),
+        )
+        dropped += self._trim_batches(
+            "DELETE FROM artifacts WHERE (tenant, ref) IN (SELECT tenant, ref "
+            "FROM artifacts INDEXED BY artifacts_last_used "
+            "WHERE last_used < ? ORDER BY last_used LIMIT ?)",
+            (expired, GC_BATCH),
+        )
+        counted: tuple[int, int] | None = None  # bytes stored and the largest artifact
+        seen = (-1, -1)
+        while True:
+            with self._lock, self._batch() as db:
+                # Another connection's commit changes data_version, this store's own
+                # puts the counter: the running count is kept only while neither moved
+                # (else counted again: a scan of the lookup index, ~65 ms at 450,000).
+                if counted is None or self._seen(db) != seen:
+                    counted = db.execute(
+                        "SELECT COALESCE(SUM(size), 0), COALESCE(MAX(size), 0) "
+                        f"FROM artifacts {self._lookup}"
+                    ).fetchone()
+                total, largest = counted
+                if total <= self.max_bytes:
+                    return dropped
+                doomed = self._over_cap(db, total - self.max_bytes, largest > self.max_bytes)
+                db.executemany(
+                    "DELETE FROM artifacts WHERE tenant=? AND ref=?",
+                    [(tenant, ref) for tenant, ref, _ in doomed],
+                )
+                gone = sum(size for _, _, size in doomed)
+                # after dropping the oversized ones the largest left is not known
+                counted = None if largest > self.max_bytes else (total - gone, largest)
+                seen = self._seen(db)
+            dropped += len(doomed)
+            if not doomed:  # nothing to drop (a count that no longer holds): done
+                return dropped
+            self._pause()
+
+    def _seen(self, db: sqlite3.Connection) -> tuple[int, int]:
+        """What changes when artifacts may have been written since last asked."""
+        return db.execute("PRAGMA data_version").fetchone()[0], self._puts
+
+    def _over_cap(
+        self, db: sqlite3.Connection, excess: int, oversized: bool
+    ) -> list[tuple[str, str, int]]:
+        """At most :data:`GC_BATCH` artifacts to drop for ``excess`` bytes: those larger
+        than the cap by themselves when there are any (they could never be kept, and
+        dropping them first keeps newer ones that fit), else the least recently used."""
+        lookup = self._lookup
+        if oversized:
+            rows: list[tuple[str, str, int]] = db.execute(
+                f"SELECT tenant, ref, size FROM artifacts {lookup} WHERE size > ? LIMIT ?",
+                (self.max_bytes, GC_BATCH),
+            ).fetchall()
+            return rows
+        # the sizes from the lookup index: reading them from the table reads each body
+        size_of = (
+            f"(SELECT s.size FROM artifacts AS s {lookup} WHERE s.tenant=o.tenant AND s.ref=o.ref)"
+        )
+        doomed: list[tuple[str, str, int]] = []
+        for tenant, ref, size in db.execute(
+            f"SELECT o.tenant, o.ref, {size_of} FROM artifacts AS o "
+            "INDEXED BY artifacts_last_used ORDER BY o.last_used LIMIT ?",
+            (GC_BATCH,),
+        ):
+            if excess <= 0:
+                break
+            doomed.append((tenant, ref, size))
+            excess -= size
+        return doomed
+
+    def _trim_batches(self, sql: str, params: tuple[object, ...]) -> int:
+        """Run the deleting ``sql`` in batches until it deletes fewer than a batch."""
+        dropped = 0
+        while True:
+            with self._lock, self._batch() as db:
+                count: int = db.execute(sql, params).rowcount
+            dropped += max(0, count)
+            if count < GC_BATCH:
+                return dropped
+            self._pause()
+
+    @contextmanager
+    def _batch(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction of ``gc`` (the caller holds the lock)."""
         db = self._db
-        with self._lock, _translated("collect garbage"):
+        with _translated("collect garbage"):
+            started = time.monotonic()
             db.execute("BEGIN IMMEDIATE")
             try:
-                dropped = self._collect(now)
+                yield db
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-        return dropped
+            finally:
+                self._held = time.monotonic() - started
 
-    def _collect(self, now: float) -> int:
-        db = self._db
-        dropped: int = db.execute(
-            "DELETE FROM artifacts WHERE last_used < ?", (now - self.ttl,)
-        ).rowcount
-        db.execute("DELETE FROM sessions WHERE updated < ?", (now - self.ttl,))
-        total = db.execute(
-            f"SELECT COALESCE(SUM(size), 0) FROM artifacts {self._lookup}"
-        ).fetchone()[0]
-        excess = total - self.max_bytes
-        if excess <= 0:
-            return dropped
-        rows = db.execute(
-            f"SELECT tenant, ref, size FROM artifacts {self._lookup} ORDER BY last_used"
-        )
-        doomed: list[tuple[str, str]] = []
-        for tenant, ref, size in rows:
-            if excess <= 0:
-                break
-            doomed.append((tenant, ref))
-            excess -= size
-        rows.close()
-        db.executemany("DELETE FROM artifacts WHERE tenant=? AND ref=?", doomed)
-        return dropped + len(doomed)
+    def _pause(self) -> None:
+        """Between two batches: let go for as long as the last one held the store (at
+        least a millisecond, at most 0.1 s), so a writer polling for the lock finds it
+        free about half the time."""
+        time.sleep(min(0.1, max(0.001, self._held)))
 
     def close(self) -> None:
         with self._lock:
