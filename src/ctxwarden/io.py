@@ -24,11 +24,13 @@ __all__ = [
     "dump_json",
     "fast_loads",
     "guess_api",
+    "json_kind",
     "load_json",
     "load_request",
     "load_session",
     "may_hold_wide_integer",
     "parse_json",
+    "session_api",
     "session_requests",
 ]
 
@@ -38,7 +40,7 @@ def read_bytes(source: str | Path) -> bytes:
     a leading UTF-8 byte-order mark (editors on Windows write one; JSON has none); a
     missing, unreadable or broken file is a :class:`ReplayError` naming it."""
     if str(source) == "-":
-        return _without_bom(sys.stdin.buffer.read())
+        return _without_bom(_gunzipped(sys.stdin.buffer.read(), "<stdin>"))
     path = Path(source)
     try:
         data = path.read_bytes()
@@ -46,12 +48,19 @@ def read_bytes(source: str | Path) -> bytes:
         raise ReplayError(f"{path}: no such file") from None
     except OSError as exc:
         raise ReplayError(f"{path}: {exc.strerror}") from exc
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ReplayError(f"{path}: broken gzip data ({exc})") from exc
-    return _without_bom(data)
+    return _without_bom(_gunzipped(data, str(path)))
+
+
+def _gunzipped(data: bytes, name: str) -> bytes:
+    """``data`` decompressed when it starts with the gzip magic (a file or a pipe: the
+    same bytes whatever their name); a :class:`ReplayError` naming ``name`` when the
+    gzip data is broken."""
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ReplayError(f"{name}: broken gzip data ({exc})") from exc
 
 
 def _without_bom(data: bytes) -> bytes:
@@ -253,13 +262,36 @@ def check_api(request: Any, api: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """A recorded agent session: an OpenAI chat message list and where it came from."""
+    """A recorded agent session: a message list, the API it speaks and where it came
+    from. ``api`` is ``openai.chat``, or ``anthropic.messages`` when the file shows
+    Anthropic evidence (:func:`session_api`); ``header`` is then every request field of
+    the file (``system``, ``tools``, ``max_tokens`` ...), the session's own keys
+    (:data:`SESSION_KEYS`) left out."""
 
     id: str
     model: str | None
     messages: list[dict[str, Any]]
     tools: list[Any] | None = None
     source: str = ""
+    api: str = "openai.chat"
+    header: dict[str, Any] | None = None
+
+
+SESSION_KEYS = frozenset(("id", "source", "agent", "license", "meta", "messages"))
+"""Keys of a session file that describe the recording, not a request."""
+
+
+def session_api(obj: Any) -> str:
+    """The API a session file (an object, or a bare message list) speaks, judged by
+    :func:`guess_api`, the evidence ``condense`` uses for a request: ``input``,
+    ``instructions`` or ``previous_response_id`` is Responses, a top-level ``system``
+    or an Anthropic content block is Anthropic Messages, anything else OpenAI Chat."""
+    return guess_api({"messages": obj} if isinstance(obj, list) else obj)
+
+
+_RESPONSES_SESSION = (
+    "a Responses session must be given as a .jsonl request log, one request per line"
+)
 
 
 def _is_session(obj: Any) -> bool:
@@ -272,8 +304,10 @@ def _is_session(obj: Any) -> bool:
 
 def load_session(source: str | Path) -> Session:
     """A session file (``{id, model, messages, ...}`` or a bare message list: a
-    non-empty list of message objects). Anything else is a :class:`ReplayError`
-    naming the file (:class:`MalformedRequest` when it is not JSON)."""
+    non-empty list of message objects), OpenAI Chat or Anthropic Messages
+    (:func:`session_api`). Anything else, a Responses-shaped file included, is a
+    :class:`ReplayError` naming the file (:class:`MalformedRequest` when it is not
+    JSON)."""
     return _session_of(load_json(source), source)
 
 
@@ -282,7 +316,14 @@ def _session_of(obj: Any, source: str | Path) -> Session:
         if not obj:
             raise ReplayError(f"{source}: not a session (an empty list, no messages)")
         _check_messages(obj, source, "")
-        return Session(id=Path(str(source)).name, model=None, messages=obj)
+        return Session(id=Path(str(source)).name, model=None, messages=obj, api=session_api(obj))
+    api = session_api(obj)
+    if api == "openai.responses":  # its shape, whatever its messages
+        field_ = next(k for k in ("input", "instructions", "previous_response_id") if k in obj)
+        lacks = "no messages list, " if not isinstance(obj.get("messages"), list) else ""
+        raise ReplayError(
+            f"{source}: not a session ({lacks}{field_} is a Responses field: {_RESPONSES_SESSION})"
+        )
     if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
         raise ReplayError(f"{source}: not a session (no messages list)")
     _check_messages(obj["messages"], source, "/messages")
@@ -294,13 +335,18 @@ def _session_of(obj: Any, source: str | Path) -> Session:
     ):
         value = obj.get(key)
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
-            raise ReplayError(f"{source}: not a session ({key} is {_json_kind(value)}, not {what})")
+            raise ReplayError(f"{source}: not a session ({key} is {json_kind(value)}, not {what})")
+    header = None
+    if api == "anthropic.messages":
+        header = {k: v for k, v in obj.items() if k not in SESSION_KEYS}
     return Session(
         id=str(obj.get("id") or Path(str(source)).name),
         model=obj.get("model"),
         messages=obj["messages"],
         tools=obj.get("tools"),
         source=str(obj.get("source", "")),
+        api=api,
+        header=header,
     )
 
 
@@ -310,12 +356,12 @@ def _check_messages(items: list[Any], source: str | Path, pointer: str) -> None:
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise ReplayError(
-                f"{source}: not a session ({pointer}/{i} is {_json_kind(item)}, "
+                f"{source}: not a session ({pointer}/{i} is {json_kind(item)}, "
                 "not a message object)"
             )
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """What a JSON value is, for a message (``a number``, ``an array`` ...)."""
     if value is None:
         return "null"
@@ -329,15 +375,18 @@ def _json_kind(value: Any) -> str:
 
 
 def session_requests(session: Session) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """One ``(request, next_action)`` per assistant message, in order."""
+    """One ``(request, next_action)`` per assistant message, in order, in the session's
+    API: an OpenAI Chat request is its model, messages and tools; an Anthropic one
+    carries the file's request fields (``session.header``: ``system``, ``tools`` ...)."""
     out = []
     for k, message in enumerate(session.messages):
         if isinstance(message, dict) and message.get("role") == "assistant" and k > 0:
             request: dict[str, Any] = {
+                **(session.header or {}),
                 "model": session.model or "unknown",
                 "messages": session.messages[:k],
             }
-            if session.tools:
+            if session.tools and session.header is None:
                 request["tools"] = session.tools
             out.append((request, message))
     return out

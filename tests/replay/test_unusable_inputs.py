@@ -65,17 +65,15 @@ def test_a_bare_message_list_is_still_a_session(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("name", "text"),
-    [
-        ("no_answer.json", '{"id": "s", "messages": [{"role": "user", "content": "hi"}]}'),
-        ("empty_log.jsonl", "\n\n"),
-    ],
+    [("no_answer.json", '{"id": "s", "messages": [{"role": "user", "content": "hi"}]}')],
 )
 def test_an_input_of_no_turn_is_not_an_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str
 ) -> None:
-    """A session that ended before the agent's first answer (or an empty proxy log) is
-    valid input with nothing to replay: no skip, exit 0 (an evaluation over many
-    sessions must not fail on one), and no request in any figure."""
+    """A session that ended before the agent's first answer is valid input with nothing
+    to replay: no skip, exit 0 (an evaluation over many sessions must not fail on one),
+    and no request in any figure. (A request log of no request is skipped, as an empty
+    session file is: tests/replay/test_audit_user_fixes.py.)"""
     _, report, argv = _beside_a_good_session(tmp_path, name, text)
     assert main(argv) == 0
     assert "error" not in capsys.readouterr().err

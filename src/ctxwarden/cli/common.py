@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ctxwarden.config import StoreConfig, read_toml, validated_config
 from ctxwarden.engine import Engine
-from ctxwarden.errors import StoreError
+from ctxwarden.errors import ConfigError, StoreError
 from ctxwarden.io import dump_json
 from ctxwarden.pipeline.presets import resolve_pipeline
 from ctxwarden.store import default_data_dir
@@ -23,8 +23,10 @@ from ctxwarden.store import default_data_dir
 __all__ = [
     "DATA_DIR_DEFAULT",
     "DATA_DIR_HELP",
+    "SERVE_DATA_DIR_HELP",
     "CliConsole",
     "add_engine_options",
+    "check_store_path_conflict",
     "engine_from_args",
     "non_negative_float",
     "non_negative_int",
@@ -41,9 +43,21 @@ DATA_DIR_DEFAULT = (
 )
 """Where a command that takes ``--data-dir`` keeps its store without the flag (the
 order :class:`~ctxwarden.engine.Engine` and :func:`ctxwarden.store.default_data_dir`
-apply)."""
+apply). ``serve`` differs, as the README says: it reads ``$CTXWARDEN_DATA_DIR`` as its
+``--data-dir``, before the config's ``data_dir`` (:data:`SERVE_DATA_DIR_HELP`)."""
 
-DATA_DIR_HELP = f"store directory (default: {DATA_DIR_DEFAULT})"
+DATA_DIR_HELP = (
+    f"store directory (default: {DATA_DIR_DEFAULT}; unlike serve, which puts "
+    "$CTXWARDEN_DATA_DIR before the config's data_dir)"
+)
+
+SERVE_DATA_DIR_HELP = (
+    "store and secret directory (default: $CTXWARDEN_DATA_DIR, which serve reads before "
+    "the config's data_dir, unlike condense, recall and store; else the config's "
+    "data_dir, else $XDG_DATA_HOME/ctxwarden, else ~/.local/share/ctxwarden)"
+)
+"""``serve``'s ``--data-dir`` help: its variable wins over the config, as every
+``serve`` option's does."""
 
 
 class CliConsole(Console):
@@ -117,11 +131,24 @@ def engine_from_args(
     path = getattr(args, "config", None)
     # the flags override the file's keys
     config = validated_config({**(read_toml(path) if path else {}), **update}, path)
+    check_store_path_conflict(getattr(args, "data_dir", None), config.store)
     engine = Engine(config)
-    if open_store:
+    if open_store and config.mode != "exact":  # exact mode never reads or writes it
         with store_errors(config.store, config.data_dir):
             _ = engine.store
     return engine
+
+
+def check_store_path_conflict(data_dir: str | None, store: StoreConfig) -> None:
+    """Refuse ``--data-dir`` beside a config whose ``[store] path`` names the SQLite
+    file: the file would win silently, and which store the user meant is unknown (gc or
+    a session on the wrong one). A :class:`ConfigError` at ``store.path``."""
+    if data_dir and store.backend == "sqlite" and store.path:
+        raise ConfigError(
+            f"--data-dir {data_dir} conflicts with the config's store file "
+            f"{store.path}; give one of them",
+            "store.path",
+        )
 
 
 @contextmanager

@@ -62,9 +62,12 @@ def _request(args: argparse.Namespace, *, exact: bool = False) -> tuple[dict[str
 
 
 def _condense(args: argparse.Namespace) -> int:
+    if args.session is not None and not args.session.strip():  # would key no session
+        raise ConfigError("an empty session key (give a KEY, or leave --session out)", "--session")
     request, api = _request(args, exact=True)  # printed back: every value as sent
     # the store is opened before condensing: one that cannot be opened (or an invalid
-    # [store] table) is an error here, where the engine would fall back silently
+    # [store] table) is an error here, where the engine would fall back silently (exact
+    # mode opens none: it sends the request as it is)
     engine = engine_from_args(args, open_store=True)
     try:
         if engine.config.store.backend == "memory" and engine.config.mode == "active":

@@ -27,10 +27,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ctxwarden.cli.common import CliConsole, non_negative_float, non_negative_int
-from ctxwarden.config import config_error
+from ctxwarden.config import config_error, read_toml
 from ctxwarden.errors import ReplayError
 from ctxwarden.io import bundled_sessions
-from ctxwarden.replay.gates import Gates, check_gates, load_gates
+from ctxwarden.replay.gates import Gates, check_gates, gates_checked, load_gates
 from ctxwarden.replay.report_html import write_html
 from ctxwarden.replay.report_json import write_json
 from ctxwarden.replay.report_table import print_table
@@ -56,7 +56,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         nargs="*",
         help="session / log files or directories (default: the bundled sessions)",
     )
-    p.add_argument("--config", action="append", default=[], help="TOML config (repeatable)")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="TOML config (repeatable); its [store] table is not used: the replay keeps "
+        "originals in a memory store (see --config-store)",
+    )
+    p.add_argument(
+        "--config-store",
+        action="store_true",
+        help="use each --config's [store] table (the replay's originals are written there)",
+    )
     p.add_argument("--preset", action="append", default=[], help="preset name (repeatable)")
     p.add_argument(
         "--mask",
@@ -73,7 +84,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 when a gate fails")
     p.add_argument("--gates", metavar="FILE", help="TOML with a [gates] table")
     p.add_argument(
-        "--idle-gap", type=non_negative_float, metavar="S", help="cache expires after S seconds"
+        "--idle-gap",
+        type=non_negative_float,
+        metavar="S",
+        help="cache expires after S seconds between turns (needs --turn-seconds, or "
+        "timestamps (ts) in request logs)",
     )
     p.add_argument(
         "--turn-seconds", type=non_negative_float, metavar="S", help="assumed gap between turns"
@@ -91,7 +106,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         nargs="?",
         const="",
         metavar="DIR",
-        help="run the scenario corpus (bundled, or DIR) instead of sessions",
+        help="run the scenario corpus (bundled, or DIR) instead of sessions (no PATHS)",
     )
     p.set_defaults(handler=_replay)
 
@@ -125,7 +140,10 @@ def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
     configs: list[Any] = []
     gates: Gates | None = None
     for path in args.config:
-        config, table = load_engine_config(path)
+        config, table = load_engine_config(path, keep_store=args.config_store)
+        if not args.config_store and "store" in read_toml(path):
+            _note(f"{path}: [store] not used, the replay keeps originals in memory "
+                  "(--config-store uses it)")  # fmt: skip
         configs.append(EngineSubject(Path(path).stem, config))
         if table and gates is None:
             try:
@@ -136,7 +154,16 @@ def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
     return configs or ["default"], gates
 
 
+def _note(text: str, kind: str = "note") -> None:
+    print(f"ctxwarden replay: {kind}: {text}", file=sys.stderr)
+
+
 def _scenarios(args: argparse.Namespace, console: CliConsole) -> int:
+    if args.paths:  # the scenarios replace the sessions: PATHS would be ignored
+        raise ReplayError(
+            f"{args.paths[0]}: --scenarios runs the scenario corpus, not sessions (give "
+            "--scenarios DIR, or PATHS without --scenarios)"
+        )
     results = run_scenarios(args.scenarios or bundled_scenarios_dir())
     table = Table(title="ctxwarden replay --scenarios")
     for column in ("scenario", "requests", "result"):
@@ -148,6 +175,21 @@ def _scenarios(args: argparse.Namespace, console: CliConsole) -> int:
     for line in failed:
         print(f"ctxwarden replay: scenario {line}", file=sys.stderr)
     return 1 if failed and args.strict else 0
+
+
+def _all_fell_back(name: str, kind: str, aggregate: dict[str, Any]) -> None:
+    """Warn when every request of the engine configuration ``name`` fell back to the
+    original (a store it cannot reach): its 0% is no measure of the configuration."""
+    requests = aggregate["requests"]
+    reasons = aggregate["decisions"]["fallback_reasons"]  # one per request fallen back
+    if kind != "engine" or not requests or sum(reasons.values()) < requests:
+        return
+    _note(
+        f"{name}: every request ({requests:,}) fell back to the original "
+        f"({', '.join(sorted(reasons))}): "
+        "its figures measure nothing",
+        "warning",
+    )
 
 
 def _check_writable(option: str, out: str) -> None:
@@ -183,6 +225,8 @@ def _replay(args: argparse.Namespace) -> int:
     configs, gates = _configs(args)
     if args.gates:
         gates = load_gates(args.gates)
+    if args.config_store and not args.config:
+        raise ReplayError("--config-store: no --config whose [store] table to use")
     if args.no_baselines and args.mask:
         raise ReplayError(
             f"--mask {args.mask[0]}: --no-baselines drops every mask:N baseline (give one of them)"
@@ -225,11 +269,23 @@ def _replay(args: argparse.Namespace) -> int:
         cut = False
     except BrokenPipeError:  # stdout now points at /dev/null; stderr still goes out
         cut = True
+    for path in result.duplicates:
+        _note(f"{path}: named more than once, replayed once")
+    if args.idle_gap is not None and args.turn_seconds is None and not result.timestamped:
+        _note(
+            f"--idle-gap {args.idle_gap:g} expired nothing: no request has a timestamp "
+            "(ts); give --turn-seconds S to assume S seconds between turns",
+            "warning",
+        )
+    for subject in result.subjects:
+        _all_fell_back(subject.name, subject.kind, subject.aggregate())
     for skip in result.skipped:
         print(f"ctxwarden replay: error: {skip.error} (skipped)", file=sys.stderr)
     failures = check_gates(result, gates or Gates()) if args.strict else []
     for line in failures:
         print(f"ctxwarden replay: {line}", file=sys.stderr)
+    if args.strict and not failures:
+        _note(f"gates passed: {gates_checked(result, gates or Gates())}", "strict")
     if result.skipped:
         return 2
     if failures:

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ctxwarden.cli.common import positive_seconds
+from ctxwarden.cli.common import SERVE_DATA_DIR_HELP, positive_seconds
 from ctxwarden.config import EngineConfig, load_config
 from ctxwarden.errors import ConfigError
 
@@ -32,12 +32,7 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--openai-upstream", "OpenAI origin", "https://api.openai.com"),
     ("--anthropic-upstream", "Anthropic origin", "https://api.anthropic.com"),
     ("--config", "TOML engine config file", None),
-    (
-        "--data-dir",
-        "store and secret directory (default: the config's data_dir, else "
-        "$XDG_DATA_HOME/ctxwarden, else ~/.local/share/ctxwarden)",
-        None,
-    ),
+    ("--data-dir", SERVE_DATA_DIR_HELP, None),
     ("--mode", "active | shadow | exact (default: the config's mode)", None),
     ("--canary-percent", "share of sessions condensed in active mode (0-100)", 100.0),
     ("--admin-token", "enables the loopback kill-switch endpoint", None),

@@ -331,9 +331,7 @@ def _command(call: ToolCallPart) -> str:
     return command_of(call.arguments) if call.command is None else call.command
 
 
-def _recent(
-    segments: list[Segment], config: PipelineConfig, turn_of: list[int]
-) -> frozenset[Path]:
+def _recent(segments: list[Segment], config: PipelineConfig, turn_of: list[int]) -> frozenset[Path]:
     """The segments the recency rules keep whole: the newest outputs (counted per tool
     result, all of whose texts stay together: a shell output's stdout and stderr, a
     result's text blocks), and the texts and calls of the newest turns (a turn's
@@ -374,9 +372,7 @@ def _turn_starts(messages: tuple[Message, ...]) -> list[int]:
     return starts
 
 
-def _newest_turns(
-    segments: list[Segment], kind: str, turns: int, turn_of: list[int]
-) -> set[Path]:
+def _newest_turns(segments: list[Segment], kind: str, turns: int, turn_of: list[int]) -> set[Path]:
     """The ``kind`` segments of the newest ``turns`` turns holding any (a message's
     several text blocks, or a turn's parallel calls, count as one turn)."""
     out: set[Path] = set()

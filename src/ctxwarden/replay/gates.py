@@ -25,11 +25,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ctxwarden.config import config_error, read_toml
+from ctxwarden.config import EngineConfig, config_error, read_toml
 from ctxwarden.errors import ConfigError
 from ctxwarden.replay.runner import ReplayResult
 
-__all__ = ["Gates", "check_gates", "load_gates"]
+__all__ = ["Gates", "check_gates", "gates_checked", "load_gates"]
 
 
 class Gates(BaseModel):
@@ -53,10 +53,22 @@ class Gates(BaseModel):
 
 
 def load_gates(path: str | Path | None) -> Gates:
-    """The ``[gates]`` table of a TOML file (a file holding only gates is fine too)."""
+    """The ``[gates]`` table of a TOML file: a file holding only that table, or an
+    engine config with one. A top-level key that is neither ``gates`` nor an engine
+    config key is a :class:`ConfigError` naming it (a gate written above the table
+    would otherwise check nothing)."""
     if path is None:
         return Gates()
     data = read_toml(path)
+    for key in data:
+        if key == "gates" or key in EngineConfig.model_fields:
+            continue
+        hint = (
+            "gates go under [gates]"
+            if key in Gates.model_fields
+            else "a gates file holds a [gates] table, beside engine config keys"
+        )
+        raise ConfigError(f"unknown key ({hint})", key, str(path))
     table: Any = data.get("gates", {})
     if not isinstance(table, dict):
         raise ConfigError("must be a table", "gates", str(path))
@@ -64,6 +76,29 @@ def load_gates(path: str | Path | None) -> Gates:
         return Gates.model_validate(table)
     except ValidationError as exc:
         raise config_error(exc, "gates").in_file(path) from exc
+
+
+_ORDER = (
+    ("min_reduction", ">="),
+    ("min_support", ">="),
+    ("min_critical", ">="),
+    ("max_p95_ms", "<="),
+    ("max_integrity_violations", "<="),
+    ("min_cost_saving", ">="),
+    ("min_median_reduction", ">="),
+    ("min_worst_session_saving", ">="),
+)
+
+
+def gates_checked(result: ReplayResult, gates: Gates) -> str:
+    """One line naming the gates :func:`check_gates` checks and the configurations it
+    judges (``min_reduction >= 0.2, max_integrity_violations <= 0 on balanced``)."""
+    values = gates.model_dump()
+    checked = ", ".join(
+        f"{name} {sign} {values[name]:g}" for name, sign in _ORDER if values[name] is not None
+    )
+    judged = ", ".join(s.name for s in _judged(result)) or "no configuration"
+    return f"{checked} on {judged}"
 
 
 def _judged(result: ReplayResult) -> list[Any]:

@@ -2,11 +2,16 @@
 
 Inputs (files, or directories searched for them, sorted by name):
 
-- ``*.json`` / ``*.json.gz``: a session, an OpenAI Chat message list. Every
-  assistant message at index ``k`` yields the request ``messages[:k]`` and its real
-  next action ``messages[k]`` (:func:`ctxwarden.io.session_requests`). A session
-  with no assistant turn is a session of no request, not an error (an agent may stop
-  before its first answer; an evaluation over many sessions must not fail on it).
+- ``*.json`` / ``*.json.gz``: a session, an OpenAI Chat or an Anthropic Messages
+  message list (the API judged from the file's shape by
+  :func:`ctxwarden.io.session_api`, as ``condense`` judges a request; an Anthropic
+  session's other request fields, ``system`` and ``tools`` among them, go with each of
+  its requests). Every assistant message at index ``k`` yields the request
+  ``messages[:k]`` and its real next action ``messages[k]``
+  (:func:`ctxwarden.io.session_requests`). A session with no assistant turn is a
+  session of no request, not an error (an agent may stop before its first answer; an
+  evaluation over many sessions must not fail on it). A Responses-shaped file
+  (``input``) is refused: a Responses session is given as a request log.
 - ``*.jsonl`` / ``*.jsonl.gz``: one request per line as a proxy records it, any of
   the three APIs. A line is either the request itself or a record
   ``{"request": {...}, "api": ..., "session": ..., "ts": ..., "response": ...}``
@@ -14,7 +19,9 @@ Inputs (files, or directories searched for them, sorted by name):
   one session per file). ``api`` defaults to :func:`ctxwarden.io.guess_api`. The
   next action is ``response`` when recorded, else the assistant items the next
   request of the session added after this request's items. ``ts`` (epoch seconds)
-  feeds the idle-gap cache expiry. An empty log holds no session.
+  feeds the idle-gap cache expiry. A log of no request (an empty file) is unusable,
+  as an empty session file is; a record whose ``request`` is no object, or a Chat or
+  Messages request without ``messages``, is named by its line and JSON path.
 
 An input that cannot be used raises :class:`~ctxwarden.errors.ReplayError` naming it
 (the replay skips it and says so); a directory named that holds no input is an error
@@ -30,8 +37,15 @@ from typing import Any
 
 from ctxwarden.adapters import ADAPTERS
 from ctxwarden.errors import CtxwardenError, ReplayError
-from ctxwarden.io import fast_loads, guess_api, load_session, read_bytes, session_requests
-from ctxwarden.replay.wire import item_role, items_of
+from ctxwarden.io import (
+    fast_loads,
+    guess_api,
+    json_kind,
+    load_session,
+    read_bytes,
+    session_requests,
+)
+from ctxwarden.replay.wire import MESSAGE_KEYS, item_role, items_of
 
 __all__ = [
     "ReplayRequest",
@@ -73,10 +87,27 @@ def _is_input(path: Path) -> bool:
     return name.lower().endswith(_SUFFIXES) and not name.startswith("._") and path.is_file()
 
 
-def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
-    """Files named, plus session / log files found (recursively) in directories named.
+def expand_paths(paths: Sequence[str | Path], duplicates: list[Path] | None = None) -> list[Path]:
+    """Files named, plus session / log files found (recursively) in directories named,
+    each file once: a file named twice, or named and found in a directory named, is
+    kept where first met (paths compared resolved) and appended to ``duplicates``.
     A :class:`ReplayError` names a path that does not exist, or a directory that
     holds no such file (a replay of nothing is a mistake, not a table of dashes)."""
+    out = _expanded(paths)
+    seen: set[Path] = set()
+    unique: list[Path] = []
+    for path in out:
+        real = path.resolve()
+        if real in seen:
+            if duplicates is not None:
+                duplicates.append(path)
+            continue
+        seen.add(real)
+        unique.append(path)
+    return unique
+
+
+def _expanded(paths: Sequence[str | Path]) -> list[Path]:
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -98,7 +129,7 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
 def _from_session_file(path: Path) -> ReplaySession:
     session = load_session(path)
     requests = [
-        ReplayRequest(request=req, api="openai.chat", next_action=nxt)
+        ReplayRequest(request=req, api=session.api, next_action=nxt)
         for req, nxt in session_requests(session)
     ]
     return ReplaySession(session.id, session.model, requests, session.source)
@@ -123,12 +154,20 @@ def read_jsonl(path: Path) -> list[ReplaySession]:
             raise ReplayError(f"{path}:{n}: not JSON ({exc})") from None
         if not isinstance(record, dict):
             raise ReplayError(f"{path}:{n}: a line must be a JSON object")
-        request = record.get("request") if isinstance(record.get("request"), dict) else record
-        assert isinstance(request, dict)
+        request, where = record, ""
+        if "request" in record:  # a record: its request must be one
+            request, where = record["request"], "/request"
+            if not isinstance(request, dict):
+                raise ReplayError(
+                    f"{path}:{n}: {where} is {json_kind(request)}, not a request object"
+                )
         api = str(record.get("api") or guess_api(request))
         if api not in ADAPTERS:
             known = ", ".join(sorted(ADAPTERS))
             raise ReplayError(f"{path}:{n}: unknown api {api!r} (known: {known})")
+        key = MESSAGE_KEYS.get(api, "messages")
+        if key not in request and api != "openai.responses":  # Responses: input optional
+            raise ReplayError(f"{path}:{n}: {where}/{key} is missing (an {api} request needs one)")
         session = str(record.get("session") or path.name)
         ts = _ts(record.get("ts", record.get("timestamp")))
         groups.setdefault(session, []).append((request, api, record.get("response"), ts))
@@ -144,6 +183,8 @@ def read_jsonl(path: Path) -> list[ReplaySession]:
         sessions.append(
             ReplaySession(sid, model if isinstance(model, str) else None, requests, "jsonl")
         )
+    if not sessions:  # as an empty session file is: nothing to replay is named
+        raise ReplayError(f"{path}: no request (an empty request log)")
     return sessions
 
 

@@ -102,11 +102,18 @@ class ReplayResult:
 
     subjects: list[SubjectResult]
     files: list[str]
+    """The input files read (``max_sessions`` stops before the rest)."""
     duration_s: float
     peak_rss_bytes: int
     options: ReplayOptions
     skipped: list[SkippedInput] = field(default_factory=list)
     """Inputs left out of every figure, in the order met (see the module docstring)."""
+    duplicates: list[str] = field(default_factory=list)
+    """Paths named again (the same file resolved), replayed once (see
+    :func:`~ctxwarden.replay.inputs.expand_paths`)."""
+    timestamped: int = 0
+    """Requests replayed with a recorded timestamp (``ts``): without them and without
+    ``turn_seconds``, ``idle_gap`` expires nothing."""
 
     def subject(self, name: str) -> SubjectResult:
         for s in self.subjects:
@@ -192,7 +199,10 @@ def run_replay(
     """Replay sessions / request logs at ``paths`` through baselines and configurations."""
     options = options or ReplayOptions()
     started = time.perf_counter()
-    files = expand_paths(paths)
+    duplicates: list[Path] = []
+    files = expand_paths(paths, duplicates)
+    read: list[str] = []
+    timestamped = 0
     subjects = _subjects(configs, baselines)
     results = [
         SubjectResult(s.name, s.kind, views=WorstViews(options.worst_views)) for s in subjects
@@ -210,6 +220,7 @@ def run_replay(
         for index, path in enumerate(files):
             if options.max_sessions is not None and n >= options.max_sessions:
                 break  # before the next file is read
+            read.append(str(path))
             try:
                 sessions = read_sessions(path)
             except ReplayError as exc:
@@ -228,6 +239,7 @@ def run_replay(
                 # files share an id or the configured store kept states of an earlier run
                 key = f"replay-{run}/{n}/{session.id}"
                 n += 1
+                timestamped += sum(r.ts is not None for r in session.requests)
                 try:
                     _replay_session(
                         session, key, subjects, results, counter, info, registry, options,
@@ -247,7 +259,14 @@ def run_replay(
             s.close()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return ReplayResult(
-        results, [str(f) for f in files], time.perf_counter() - started, rss, options, skipped
+        results,
+        read,
+        time.perf_counter() - started,
+        rss,
+        options,
+        skipped,
+        [str(d) for d in duplicates],
+        timestamped,
     )
 
 

@@ -83,6 +83,8 @@ def load_scenario(path: Path) -> dict[str, Any]:
         data = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise ReplayError(f"{path}: not JSON ({exc})") from None
+    except OSError as exc:
+        raise ReplayError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
         raise ReplayError(f"{path}: a scenario needs a requests list")
     return {**data, "requests": expand(data["requests"])}
@@ -210,6 +212,8 @@ def run_scenario(path: Path) -> ScenarioResult:
 def run_scenarios(target: str | Path | None = None) -> list[ScenarioResult]:
     """Every ``*.json`` scenario in ``target`` (a directory or one file; default: bundled)."""
     path = Path(target) if target else bundled_scenarios_dir()
+    if not path.exists():
+        raise ReplayError(f"{path}: no such scenario file or directory")
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
     if not files:
         raise ReplayError(f"{path}: no scenario files")

@@ -10,9 +10,11 @@ seam, so the runner measures all of them the same way:
   al. 2025). It keeps nothing recoverable.
 
 A subject spec is ``exact``, ``mask:N``, ``preset:NAME`` or a path to a TOML config.
-Engine configurations run on a memory store unless their file sets ``[store]``; a
-``[gates]`` table in a config file is read by :mod:`ctxwarden.replay.gates`, not
-here.
+Engine configurations run on a fresh memory store, whatever ``[store]`` their file
+sets (a benchmark writes nothing into a real store, and a store it cannot reach
+measures nothing), unless asked for (``load_engine_config(path, keep_store=True)``,
+``ctxwarden replay --config-store``); a ``[gates]`` table in a config file is read by
+:mod:`ctxwarden.replay.gates`, not here.
 """
 
 from __future__ import annotations
@@ -177,17 +179,22 @@ class EngineSubject:
         self.engine.close()
 
 
-def load_engine_config(path: str | Path) -> tuple[EngineConfig, dict[str, Any]]:
+def load_engine_config(
+    path: str | Path, *, keep_store: bool = False
+) -> tuple[EngineConfig, dict[str, Any]]:
     """An engine config file and its ``[gates]`` table (empty when absent).
 
-    The store defaults to memory unless the file has a ``[store]`` table.
+    The store is a memory store; ``keep_store``: the file's ``[store]`` table, when it
+    has one (validated either way).
     """
     data = read_toml(path)
     gates = data.pop("gates", {})
     if not isinstance(gates, dict):
         raise ConfigError("must be a table", "gates", str(path))
-    data.setdefault("store", {"backend": "memory"})
-    return validated_config(data, path), gates
+    config = validated_config({"store": {"backend": "memory"}, **data}, path)
+    if keep_store:
+        return config, gates
+    return config.model_copy(update={"store": MEMORY}), gates
 
 
 def make_subject(spec: str | EngineConfig | Subject, name: str | None = None) -> Subject:
