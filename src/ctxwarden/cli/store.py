@@ -24,6 +24,7 @@ from rich.table import Table
 from ctxwarden.cli.common import (
     DATA_DIR_HELP,
     CliConsole,
+    check_store_path_conflict,
     print_json,
     store_errors,
     write_stdout,
@@ -82,13 +83,8 @@ def _add_store_options(parser: argparse.ArgumentParser) -> None:
 def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
     config = load_config(args.config) if args.config else EngineConfig()
     secret_only = bool(getattr(args, "credential_env", None))  # --data-dir: the secret's
-    if args.data_dir and config.store.backend == "sqlite" and config.store.path and not secret_only:
-        # which store did the user mean? gc on the wrong one drops live originals
-        raise ConfigError(
-            f"--data-dir {args.data_dir} conflicts with the config's store file "
-            f"{config.store.path}; give one of them",
-            "store.path",
-        )
+    if not secret_only:  # which store did the user mean? gc on the wrong one drops live ones
+        check_store_path_conflict(args.data_dir, config.store)
     data_dir = args.data_dir or config.data_dir
     if config.store.backend == "sqlite":
         path = sqlite_path(config.store, data_dir)

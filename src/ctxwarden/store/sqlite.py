@@ -140,8 +140,21 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner alone when it does not exist yet
+    (it holds tool outputs, secrets among them; SQLite gives its ``-wal`` and ``-shm``
+    files the database's permissions). An existing file keeps the mode it has."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except IsADirectoryError:
+        pass  # opening reports it, as before
+
+
 class SqliteStore:
-    """Artifacts and session state in one SQLite database (see :mod:`store.base`)."""
+    """Artifacts and session state in one SQLite database (see :mod:`store.base`).
+    A folder or database file it creates is its owner's alone (``0700`` / ``0600``)."""
 
     def __init__(
         self, path: str | Path, *, ttl_seconds: float = 30 * 86400, max_bytes: int = 2 << 30
@@ -154,7 +167,8 @@ class SqliteStore:
         self._held = 0.0  # seconds the last gc batch held the store
         with _translated("open"):
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                _create_private(self.path)
             except OSError as exc:
                 raise _folder_error(self.path, exc) from exc
             self._db = self._connect(str(self.path))
