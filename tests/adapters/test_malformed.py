@@ -144,3 +144,22 @@ def test_an_anthropic_tool_result_flag_sent_as_null_is_not_given(flag: Any) -> N
     (result,) = conversation.messages[2].tool_results
     assert result.is_error is bool(flag)
     assert adapter.render(conversation) == body
+
+
+@pytest.mark.parametrize(
+    ("api", "request_body", "pointer", "message"),
+    [
+        ("openai.chat", {"model": "x"}, "/messages", "missing (expected an array)"),
+        ("openai.chat", {"messages": None}, "/messages", "expected an array, got null"),
+        ("openai.chat", {"messages": [{"content": "x"}]}, "/messages/0/role", "missing"),
+        ("anthropic.messages", {"messages": [{"role": None}]}, "/messages/0/role", "got null"),
+        ("openai.responses", {"input": [{"type": "function_call", "name": "f"}]},
+         "/input/0/call_id", "missing (expected a string)"),
+    ],
+)  # fmt: skip
+def test_a_missing_key_is_told_from_a_null_one(
+    api: str, request_body: Any, pointer: str, message: str
+) -> None:
+    with pytest.raises(MalformedRequest) as info:
+        get_adapter(api).parse(request_body)
+    assert info.value.pointer == pointer and message in str(info.value)

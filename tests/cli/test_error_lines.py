@@ -27,7 +27,7 @@ def test_a_structural_error_names_the_file(
     path.write_text(UNPAIRED)
     line = fails(capsys, [command, str(path), "--data-dir", str(tmp_path)])
     assert line == (
-        f"ctxwarden {command}: error: {path}: expected a string, got null "
+        f"ctxwarden {command}: error: {path}: missing (expected a string) "
         "at /messages/0/tool_call_id"
     )
 
@@ -35,7 +35,7 @@ def test_a_structural_error_names_the_file(
 def test_a_request_on_stdin_is_named_stdin(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for body, message in ((UNPAIRED, "expected a string, got null"), ("nope", "not JSON")):
+    for body, message in ((UNPAIRED, "missing (expected a string)"), ("nope", "not JSON")):
         stdin = io.TextIOWrapper(io.BytesIO(body.encode()))
         monkeypatch.setattr("sys.stdin", stdin)
         line = fails(capsys, ["condense", "-", "--data-dir", str(tmp_path)])

@@ -15,6 +15,7 @@ from ctxwarden.adapters.base import (
     ItemMemo,
     check_pairing,
     expect,
+    expect_key,
     expect_object,
     expect_text_or_list,
     item_memo,
@@ -55,7 +56,7 @@ def _simple_block(
 ) -> ContentPart:
     kind = block.get("type")
     if kind == "text" and not block.get("citations"):  # cited text stays as it is
-        text = expect(block.get("text"), str, (*path, "text"))
+        text = expect_key(block, "text", str, path)
         return TextPart(text=text, path=(*path, "text"), safety=text_safety)
     if isinstance(kind, str) and kind in _MEDIA_TYPES:
         return MediaPart(media_type=_MEDIA_TYPES[kind], path=path)
@@ -79,21 +80,21 @@ def _block(value: Any, path: Path) -> Part:
     if kind == "tool_use":
         arguments = _json(block.get("input", {}))  # "" past orjson (a huge integer)
         return ToolCallPart(
-            call_id=expect(block.get("id"), str, (*path, "id")),
-            name=expect(block.get("name"), str, (*path, "name")),
+            call_id=expect_key(block, "id", str, path),
+            name=expect_key(block, "name", str, path),
             arguments=arguments,
             path=path,
         )
     if kind == "tool_result":
         is_error = block.get("is_error")  # null: not given, as the SDKs send unset fields
         return ToolResultPart(
-            call_id=expect(block.get("tool_use_id"), str, (*path, "tool_use_id")),
+            call_id=expect_key(block, "tool_use_id", str, path),
             content=_result_content(block.get("content"), (*path, "content")),
             is_error=is_error is not None and expect(is_error, bool, (*path, "is_error")),
             path=path,
         )
     if kind == "thinking":
-        text = expect(block.get("thinking"), str, (*path, "thinking"))
+        text = expect_key(block, "thinking", str, path)
         return ReasoningPart(text=text, path=path, signed=block.get("signature") is not None)
     if kind == "redacted_thinking":
         return ReasoningPart(text="", path=path, signed=True, redacted=True)
@@ -102,7 +103,7 @@ def _block(value: Any, path: Path) -> Part:
 
 def _message(value: Any, path: Path) -> Message:
     msg = expect_object(value, path)
-    role = expect(msg.get("role"), str, (*path, "role"))
+    role = expect_key(msg, "role", str, path)
     content = msg.get("content")
     content_path = (*path, "content")
     parts: tuple[Part, ...]
@@ -136,7 +137,7 @@ def _tool_names(tools: Any) -> tuple[str, ...]:
 def parse(wire: Any) -> Conversation:
     """Parse a Messages request body (see :mod:`ctxwarden.adapters.base`)."""
     body = expect_object(wire, ())
-    messages = expect(body.get("messages"), list, ("messages",))
+    messages = expect_key(body, "messages", list, ())
     parsed = parse_items(messages, "messages", _message, _MEMO)
     conversation = Conversation(
         api="anthropic.messages",

@@ -118,6 +118,15 @@ def expect(value: Any, kind: type[T], path: Path) -> T:
     raise MalformedRequest(f"expected {_TYPE_NAMES.get(kind, kind.__name__)}, got {got}", path)
 
 
+def expect_key(obj: dict[str, Any], key: str, kind: type[T], path: Path) -> T:
+    """``obj[key]`` if it is a ``kind``, else a :class:`MalformedRequest` at
+    ``path + (key,)`` that says "missing" when ``obj`` has no such key."""
+    if key not in obj:
+        want = _TYPE_NAMES.get(kind, kind.__name__)
+        raise MalformedRequest(f"missing (expected {want})", (*path, key))
+    return expect(obj[key], kind, (*path, key))
+
+
 def expect_text_or_list(value: Any, path: Path) -> list[Any]:
     """``value`` as a list where a string is valid too (the caller took the string):
     else a :class:`MalformedRequest` at ``path`` that names both."""

@@ -9,6 +9,7 @@ from ctxwarden.adapters.base import (
     ItemMemo,
     check_pairing,
     expect,
+    expect_key,
     expect_object,
     expect_text_or_list,
     item_memo,
@@ -57,7 +58,7 @@ def _content_parts(
         block = expect_object(item, item_path)
         kind = block.get("type")
         if kind == "text":
-            text = expect(block.get("text"), str, (*item_path, "text"))
+            text = expect_key(block, "text", str, item_path)
             parts.append(TextPart(text=text, path=(*item_path, "text"), safety=text_safety))
         elif isinstance(kind, str) and kind in _MEDIA_TYPES:
             parts.append(MediaPart(media_type=_MEDIA_TYPES[kind], path=item_path))
@@ -88,7 +89,7 @@ def _tool_calls(value: Any, path: Path) -> list[Part]:
     for j, item in enumerate(expect(value, list, path)):
         item_path = (*path, j)
         call = expect_object(item, item_path)
-        call_id = expect(call.get("id"), str, (*item_path, "id"))
+        call_id = expect_key(call, "id", str, item_path)
         function = call.get("function")
         kind = call.get("type", "function")
         if kind != "function":
@@ -97,7 +98,7 @@ def _tool_calls(value: Any, path: Path) -> list[Part]:
         # a function call without its function is malformed here, where it is (its
         # result would otherwise be blamed for lacking a call)
         fn = expect_object(function, (*item_path, "function"))
-        name = expect(fn.get("name"), str, (*item_path, "function", "name"))
+        name = expect_key(fn, "name", str, (*item_path, "function"))
         arguments = fn.get("arguments", "")
         args_path: Path | None = (*item_path, "function", "arguments")
         if not isinstance(arguments, str):
@@ -116,10 +117,10 @@ def _tool_calls(value: Any, path: Path) -> list[Part]:
 
 def _message(item: Any, path: Path) -> Message:
     msg = expect_object(item, path)
-    role = expect(msg.get("role"), str, (*path, "role"))
+    role = expect_key(msg, "role", str, path)
     content_path = (*path, "content")
     if role == "tool":
-        call_id = expect(msg.get("tool_call_id"), str, (*path, "tool_call_id"))
+        call_id = expect_key(msg, "tool_call_id", str, path)
         result = ToolResultPart(
             call_id=call_id,
             content=_content_parts(msg.get("content"), content_path, _RESULT),
@@ -205,7 +206,7 @@ def _tool_names(tools: Any) -> tuple[str, ...]:
 def parse(wire: Any) -> Conversation:
     """Parse a Chat Completions request body (see :mod:`ctxwarden.adapters.base`)."""
     body = expect_object(wire, ())
-    messages = expect(body.get("messages"), list, ("messages",))
+    messages = expect_key(body, "messages", list, ())
     parsed = parse_items(messages, "messages", _message, _MEMO)
     conversation = Conversation(
         api="openai.chat",

@@ -18,6 +18,7 @@ from ctxwarden.adapters.base import (
     ItemMemo,
     check_pairing,
     expect,
+    expect_key,
     expect_object,
     expect_text_or_list,
     item_memo,
@@ -67,7 +68,7 @@ def _content_parts(
         block = expect_object(item, item_path)
         kind = block.get("type")
         if isinstance(kind, str) and kind in _TEXT_TYPES and not block.get("annotations"):
-            text = expect(block.get("text"), str, (*item_path, "text"))
+            text = expect_key(block, "text", str, item_path)
             parts.append(TextPart(text=text, path=(*item_path, "text"), safety=text_safety))
         elif isinstance(kind, str) and kind in _MEDIA_TYPES:
             parts.append(MediaPart(media_type=_MEDIA_TYPES[kind], path=item_path))
@@ -134,7 +135,7 @@ def _item(value: Any, path: Path) -> Message:
     if kind is None and "role" not in item and isinstance(item.get("id"), str):
         kind = "item_reference"  # the reference's type may be left out
     elif kind is None or kind == "message":
-        role = expect(item.get("role"), str, (*path, "role"))
+        role = expect_key(item, "role", str, path)
         parts = _content_parts(item.get("content"), (*path, "content"))
         return Message(role=role, parts=parts, path=path, item_type="message")
     kind = expect(kind, str, (*path, "type"))
@@ -142,8 +143,8 @@ def _item(value: Any, path: Path) -> Message:
         args_key = "arguments" if kind == "function_call" else "input"
         raw_args = item.get(args_key, "")
         call = ToolCallPart(
-            call_id=expect(item.get("call_id"), str, (*path, "call_id")),
-            name=expect(item.get("name"), str, (*path, "name")),
+            call_id=expect_key(item, "call_id", str, path),
+            name=expect_key(item, "name", str, path),
             arguments=str(raw_args),
             path=path,
             arguments_path=(*path, args_key) if isinstance(raw_args, str) else None,
@@ -194,7 +195,7 @@ def _builtin_call(item: dict[str, Any], kind: str, path: Path) -> Message:
         words = [operation.get("type"), operation.get("path")]
         command = " ".join(w for w in words if isinstance(w, str)) or _json(action)
     call = ToolCallPart(
-        call_id=expect(item.get("call_id"), str, (*path, "call_id")),
+        call_id=expect_key(item, "call_id", str, path),
         name="shell" if kind == "shell_call" else "apply_patch",
         arguments=diff if isinstance(diff, str) else _json(action),
         path=path,
@@ -209,7 +210,7 @@ def _output(item: dict[str, Any], kind: str, path: Path) -> Message:
     function or custom tool's ``output`` (a string or content parts), each chunk's
     ``stdout`` and ``stderr`` of a built-in shell call, a patch's ``output`` string;
     everything else (outcomes, status) stays as sent."""
-    call_id = expect(item.get("call_id"), str, (*path, "call_id"))
+    call_id = expect_key(item, "call_id", str, path)
     output = item.get("output")
     content: tuple[ContentPart, ...] = ()
     if kind == "shell_call_output":
