@@ -268,7 +268,9 @@ class Engine:
             if not self._closed:
                 raise  # another cause (a closed loop, interpreter shutdown): as it is
             raise EngineClosed(_CLOSED) from None
-        return await future
+        result = await future
+        self._collect_when_due()
+        return result
 
     def _condense(
         self,

@@ -4,6 +4,8 @@ library and command-line users get the byte cap and the TTL held without running
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 
 from ctxwarden import Engine, EngineConfig
+from ctxwarden.errors import ArtifactMissing
 from ctxwarden.store import SqliteStore
 from tests.passes.convo import FORCE, call, lines_of, request, result
 
@@ -88,3 +91,51 @@ def test_one_collection_at_a_time_and_close_waits_for_it(
     release.set()
     closer.join(5)
     assert not closer.is_alive()
+
+
+def test_acondense_collects_too(tmp_path: Path) -> None:
+    async def run() -> None:
+        engine = _engine(tmp_path, interval=0.05)
+        for i in range(6):
+            await engine.acondense(_wire(i), session=f"s{i}")
+            await asyncio.sleep(0.06)
+        engine.close()
+
+    asyncio.run(run())
+    assert _stored_bytes(tmp_path) <= 4_000
+
+
+def test_the_memory_store_is_safe_beside_its_collection() -> None:
+    """Reads, writes and gc on several threads at once: the bytes it counts stay the
+    sum of what it holds (unlocked, a get revived what gc dropped, and gc then failed
+    with KeyError on every round)."""
+    from ctxwarden.store import MemoryStore
+
+    store = MemoryStore(max_bytes=20_000)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn(seed: int) -> None:
+        refs: list[str] = []
+        k = 0
+        while not stop.is_set():
+            k += 1
+            try:
+                refs.append(store.put("t", f"{seed}-{k} " * 50))
+                for ref in refs[-5:]:
+                    with contextlib.suppress(ArtifactMissing):
+                        store.get("t", ref)
+                store.gc()
+            except BaseException as exc:  # any failure is the finding
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=churn, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert store.stats()["bytes"] == sum(store._sizes.values())

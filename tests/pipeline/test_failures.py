@@ -275,3 +275,32 @@ def test_an_old_corrupted_original_is_caught_within_a_few_turns_and_healed(
     assert failures == 1
     assert engine.recall(damaged) == wires[0]["messages"][3]["content"]
     engine.close()
+
+
+class _FlakyReads(MemoryStore):
+    """Reads time out while ``flaky`` (lookups of what exists still answer)."""
+
+    flaky = False
+
+    def get(self, tenant: str, ref: str) -> str:
+        if self.flaky:
+            raise StoreError("redis store failed to read an artifact: timeout")
+        return super().get(tenant, ref)
+
+
+def test_a_store_that_fails_to_answer_leaves_old_decisions_frozen() -> None:
+    """The older decision drawn for a read-back is failed only on damage, not on a
+    store that does not answer (that sent an old segment whole: two cache breaks deep
+    in the history); the last step's own decisions still are."""
+    store = _FlakyReads()
+    engine = make_engine("balanced", FORCE, store=store)
+    wires = _turns(10)
+    previous = None
+    for n, wire in enumerate(wires):
+        store.flaky = n == 9
+        sent = engine.condense(wire, session="s").request["messages"]
+        if previous is not None and n == 9:
+            changed = [i for i in range(len(previous)) if previous[i] != sent[i]]
+            assert changed and min(changed) >= len(previous) - 4  # the last step's, no older
+        previous = sent
+    engine.close()

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxwarden.config import EngineConfig
-from ctxwarden.errors import json_pointer
+from ctxwarden.errors import ArtifactCorrupted, json_pointer
 from ctxwarden.memo import (
     MESSAGE_MEMO_BYTES,
     MESSAGE_MEMO_LIMIT,
@@ -338,8 +338,10 @@ class Condenser:
             if any(ref in gone for ref in decision.refs):
                 failed.add(segment.path)
                 continue
-            checked = decision.adopted >= state.turns - 1 or key == drawn
-            if checked and not all(self._intact(tenant, ref) for ref in decision.refs):
+            fresh = decision.adopted >= state.turns - 1
+            if (fresh and not all(self._intact(tenant, ref) for ref in decision.refs)) or (
+                key == drawn and any(self._damaged(tenant, ref) for ref in decision.refs)
+            ):
                 failed.add(segment.path)
                 self._heal(tenant, segment, decision)
                 continue
@@ -396,6 +398,18 @@ class Condenser:
         ):
             with contextlib.suppress(Exception):
                 self.store.put(tenant, segment.text)
+
+    def _damaged(self, tenant: str, ref: str) -> bool:
+        """True when ``ref`` reads back damaged; a store that fails to answer is no
+        proof of damage, and an old decision, checked when adopted, stays (sending its
+        segment whole would break the prompt cache deep in the history)."""
+        try:
+            self.store.get(tenant, ref)
+        except ArtifactCorrupted:
+            return True
+        except Exception:
+            return False
+        return False
 
     def _intact(self, tenant: str, ref: str) -> bool:
         """True when ``ref`` reads back intact (its digest re-derived)."""

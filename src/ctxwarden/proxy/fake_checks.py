@@ -33,7 +33,10 @@ def shape_error(api: str, payload: Any) -> tuple[str, str] | None:
             return f"messages[{i}] must be an object with a string role", f"messages.[{i}]"
         if api != "chat":
             continue
-        for call in message.get("tool_calls") or ():
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None and not isinstance(tool_calls, list):
+            return f"messages[{i}].tool_calls must be an array", f"messages.[{i}].tool_calls"
+        for call in tool_calls or ():
             if isinstance(call, dict):
                 calls.add(call.get("id"))
         if message["role"] == "tool" and message.get("tool_call_id") not in calls:
