@@ -64,6 +64,14 @@ class StoreConfig(_Strict):
     url: str | None = Field(None, description="Redis or PostgreSQL URL.")
     ttl_seconds: int = Field(30 * 86400, gt=0, description="Artifacts unused this long expire.")
     max_bytes: int = Field(2 * 1024**3, gt=0, description="Cap on stored bytes; gc trims.")
+    timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Redis and PostgreSQL: seconds to wait for the server (to connect, "
+        "for one command or statement) before the call fails and the request goes on "
+        "without the store; raise it for very large artifacts on a slow link.",
+    )
     gc_interval_seconds: float = Field(
         3600,
         ge=0,

@@ -59,7 +59,9 @@ def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
         if config.backend == "redis":
             from ctxwarden.store.redis_store import RedisStore
 
-            return RedisStore(config.url, ttl_seconds=config.ttl_seconds)
+            return RedisStore(
+                config.url, ttl_seconds=config.ttl_seconds, timeout=config.timeout_seconds
+            )
         from ctxwarden.store.postgres_store import PostgresStore
     except ImportError as exc:
         raise ConfigError(
@@ -67,4 +69,9 @@ def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
             "install ctxwarden[fleet]",
             "store.backend",
         ) from exc
-    return PostgresStore(config.url, ttl_seconds=config.ttl_seconds, max_bytes=config.max_bytes)
+    return PostgresStore(
+        config.url,
+        ttl_seconds=config.ttl_seconds,
+        max_bytes=config.max_bytes,
+        timeout=config.timeout_seconds,
+    )
