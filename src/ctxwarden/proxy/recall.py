@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from ctxwarden.errors import ArtifactCorrupted, ArtifactMissing, RequestError, StoreError
+from ctxwarden.store.recall import MAX_RECALL_LINES, Recalled
 
 __all__ = [
     "RECALL_TOOL_NAME",
@@ -107,7 +108,7 @@ def answer_call(recall: Any, call: RecallCall, *, tenant: str, max_bytes: int) -
     """Answer one call with ``recall(ref, lines, tenant=...)`` (blocking; run off-loop)."""
     try:
         ref, lines = parse_arguments(call.arguments)
-        text: str = recall(ref, lines, tenant=tenant)
+        found: str | Recalled = recall(ref, lines, tenant=tenant)
     except ArtifactMissing:
         return RecallAnswer(call.call_id, "ctxwarden_recall: no such reference", False, "missing")
     except ArtifactCorrupted:
@@ -120,9 +121,16 @@ def answer_call(recall: Any, call: RecallCall, *, tenant: str, max_bytes: int) -
         return RecallAnswer(
             call.call_id, "ctxwarden_recall: the store is unavailable", False, "store"
         )
+    text = found.text if isinstance(found, Recalled) else found
     encoded = text.encode("utf-8")
     if len(encoded) > max_bytes:
         cut = encoded[:max_bytes].decode("utf-8", "ignore")
-        total = text.count("\n") + 1
+        total = found.lines if isinstance(found, Recalled) else text.count("\n") + 1
         text = f"{cut}\n[ctxwarden_recall: truncated; {total} lines in all, ask for a line range]"
+    elif isinstance(found, Recalled) and found.cut_at is not None and found.wanted is not None:
+        text = (
+            f"{text}\n[ctxwarden_recall: cut at line {found.cut_at:,} of {found.lines:,} "
+            f"({MAX_RECALL_LINES:,} lines at most); ask for lines "
+            f"{found.cut_at + 1}-{found.wanted}]"
+        )
     return RecallAnswer(call.call_id, text, True)

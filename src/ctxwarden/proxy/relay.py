@@ -50,6 +50,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -77,6 +78,7 @@ from ctxwarden.proxy.upstream import (
     response_headers,
     translate_read_error,
 )
+from ctxwarden.store.recall import recall
 
 __all__ = ["ClientGone", "Exchange", "relay", "relay_with_recall"]
 
@@ -334,7 +336,10 @@ async def _answer(
         answer = await loop.run_in_executor(  # a store read: never behind a condense
             state.store_reads,
             lambda c=call: answer_call(  # type: ignore[misc]
-                state.engine.recall, c, tenant=tenant, max_bytes=state.settings.max_recall_bytes
+                functools.partial(recall, state.engine.store),
+                c,
+                tenant=tenant,
+                max_bytes=state.settings.max_recall_bytes,
             ),
         )
         answers.append(answer)
