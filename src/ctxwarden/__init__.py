@@ -7,8 +7,10 @@ Public surface::
     result = engine.condense(request, api="openai.chat")
     result.request, result.report
 
-Anthropic callers that cache mark where the previous request ended with
-``with_step_breakpoint(result.request)`` (the proxy does it for its clients).
+Anthropic callers that cache mark where the previous request ended, and where a
+compaction step's rewrite starts, with
+``with_step_breakpoint(result.request, result.report["step_start"]) or result.request``
+(it returns ``None`` when it adds nothing; the proxy does it for its clients).
 ``set_memo_budget(n)`` caps the bytes the process's memos keep (``serve --memo-mb``).
 """
 

@@ -391,7 +391,8 @@ class Engine:
         return rendered, validate_rewrite(original, outcome.conversation, rendered)
 
     def recall(self, ref: str, lines: str | None = None, *, tenant: str = DEFAULT_TENANT) -> str:
-        """The original text behind a reference, or a line range ``A-B`` of it."""
+        """The original text behind a reference, or a line range ``A-B`` of it (at most
+        5,000 lines: :func:`ctxwarden.store.recall.recall` says when it cut one)."""
         from ctxwarden.store.recall import recall_text
 
         self._check_open()

@@ -34,9 +34,13 @@ def test_serve_names_the_real_data_dir_default_and_no_none() -> None:
     assert "[CTXWARDEN_ADMIN_TOKEN]" in text and "[CTXWARDEN_HOST; 127.0.0.1]" in text
 
 
-@pytest.mark.parametrize(
-    "names", [("condense",), ("inspect",), ("recall",), ("store", "stats"), ("store", "gc")]
-)
+@pytest.mark.parametrize("names", [("inspect",), ("demo",)])
+def test_commands_that_keep_nothing_take_no_data_dir(names: tuple[str, ...]) -> None:
+    # they run on a memory store: a --data-dir there was accepted and did nothing
+    assert "--data-dir" not in _help(*names)
+
+
+@pytest.mark.parametrize("names", [("condense",), ("recall",), ("store", "stats"), ("store", "gc")])
 def test_data_dir_help_names_the_variables_that_move_it(names: tuple[str, ...]) -> None:
     assert (
         "--data-dir DATA_DIR store directory (default: the config's data_dir, else "

@@ -344,3 +344,15 @@ async def test_a_canary_out_event_keeps_the_decision_it_was_relayed_under(
         (event,) = proxy.recorder.events
     assert (event["mode"], event["rollout_reason"]) == ("shadow", "canary_out")
     assert event["canary_bucket"] == canary_bucket(out) and event["tokens_before"] > 0
+
+
+def test_the_data_directory_the_proxy_makes_is_its_owners_alone(tmp_path: Path) -> None:
+    # the store's files go in it beside the secret: the folder was left 0755
+    import stat
+
+    from ctxwarden.proxy.tenant import load_or_create_secret
+
+    folder = tmp_path / "made" / "here"
+    load_or_create_secret(folder)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "proxy.secret").stat().st_mode) == 0o600

@@ -54,6 +54,7 @@ async def test_one_json_log_line_without_contents_or_secrets(proxy: Proxy) -> No
     line = orjson.loads(lines[0])
     assert line["route"] == "chat" and line["status"] == 200 and line["level"] == "info"
     for key in ("tokens_before", "tokens_after", "bytes_before", "bytes_after", "overhead_ms",
+                "compaction_step",
                 "upstream_ms", "band", "usage_prompt_tokens", "rollout_reason"):  # fmt: skip
         assert key in line
     text = lines[0]
@@ -201,3 +202,26 @@ def test_a_gc_interval_is_never_or_at_least_a_second(interval: float) -> None:
 
     with pytest.raises(ConfigError, match="gc_interval"):
         ProxySettings(gc_interval=interval)
+
+
+async def test_the_log_line_says_when_a_request_was_a_compaction_step(proxy: Proxy) -> None:
+    """A step rewrites the prompt prefix the provider cached: the event says so (the
+    engine's report had it; the log did not, so steps could not be counted)."""
+    from tests.passes.convo import call, lines_of, result
+
+    history: list[dict[str, object]] = [
+        {"role": "system", "content": "agent"}, {"role": "user", "content": "fix it"},
+    ]  # fmt: skip
+    steps = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(3):
+            history += [call(f"c{i}", f"cat f{i}.py"), result(f"c{i}", lines_of(f"f{i}", 200))]
+            body = {"model": "gpt-4o", "messages": history}
+            headers = {"Authorization": f"Bearer {KEY_A}", "x-ctxwarden-session": "s"}
+            async with session.post(
+                proxy.openai_url + "/chat/completions", json=body, headers=headers
+            ) as resp:
+                assert resp.status == 200
+            await proxy.state.drain()
+            steps.append(proxy.recorder.last(route="chat")["compaction_step"])
+    assert steps[0] is False and True in steps[1:]

@@ -106,11 +106,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
+def add_engine_options(
+    parser: argparse.ArgumentParser, *, mode: bool = True, data_dir: bool = True
+) -> None:
+    """``--config`` and ``--preset``; ``--mode`` and ``--data-dir`` for the commands
+    they mean something to (``inspect`` and ``demo`` keep nothing: no ``--data-dir``)."""
     parser.add_argument("--config", help="TOML config file")
     parser.add_argument("--preset", help="conservative | balanced | aggressive")
-    parser.add_argument("--mode", choices=("active", "shadow", "exact"))
-    parser.add_argument("--data-dir", help=DATA_DIR_HELP)
+    if mode:
+        parser.add_argument("--mode", choices=("active", "shadow", "exact"))
+    if data_dir:
+        parser.add_argument("--data-dir", help=DATA_DIR_HELP)
 
 
 def engine_from_args(

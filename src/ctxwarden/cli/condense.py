@@ -24,7 +24,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("condense", help="print the condensed request for FILE (or - for stdin)")
     p.add_argument("file")
     p.add_argument("--api", choices=("openai.chat", "openai.responses", "anthropic.messages"))
-    p.add_argument("--model", help="override the request's model for budgeting")
+    p.add_argument(
+        "--model",
+        help="condense as a request for this model (its window and prices; the printed "
+        "request names it)",
+    )
     p.add_argument("--report", action="store_true", help="print the report to stderr")
     p.add_argument(
         "--session",
@@ -41,13 +45,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("file")
     p.add_argument("--api", choices=("openai.chat", "openai.responses", "anthropic.messages"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    add_engine_options(p)
+    add_engine_options(p, mode=False, data_dir=False)
     p.set_defaults(handler=_inspect)
 
     p = sub.add_parser(
         "demo", help="replay the bundled real sessions: exact, mask:10 and the default config"
     )
-    add_engine_options(p)
+    add_engine_options(p, data_dir=False)
     p.set_defaults(handler=_demo)
 
 

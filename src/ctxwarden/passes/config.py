@@ -132,7 +132,7 @@ class TruncateConfig(PassConfig):
 
 
 class SummarizeConfig(PassConfig):
-    """Deterministic extractive condensation of old message text (and tool outputs)."""
+    """Deterministic extractive condensation of old assistant message text."""
 
     enabled: StrictBool = False
     min_tokens: int = Field(300, ge=0)

@@ -8,9 +8,10 @@ the bytes read so far and the rest of the stream are forwarded untouched; a Resp
 body whose tenant has recall answers owed is read on, see :mod:`.owed`) -> decide
 the mode (:mod:`ctxwarden.proxy.rollout`) -> exact: forward the original bytes ->
 otherwise read it through its ``Content-Encoding`` (:mod:`ctxwarden.proxy.request_bodies`;
-a body it cannot read is forwarded as sent) and parse (400 naming the JSON path when
-malformed; JSON that only the stdlib parser accepts, such as a lone surrogate escape,
-is forwarded as sent), condense on
+a body it cannot read is forwarded as sent) and parse (400 only for a body that is no
+JSON object, in active mode; a malformed object is relayed as sent for the upstream to
+judge; JSON that only the stdlib parser accepts, such as a lone surrogate escape, is
+forwarded as sent), condense on
 the engine thread (a request it has not started within ``max_engine_wait`` goes out as
 it came: :mod:`.engine_wait`), send the rewrite in active mode or the original bytes in shadow /
 canary-out / fallback -> offer the recall tool when the outgoing request holds
@@ -731,6 +732,7 @@ def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:
         rollbacks=report.get("rollbacks", 0), fallbacks=report.get("fallbacks", 0),
         fallback_reason=reason, band=report.get("band"), pressure=report.get("pressure"),
         references=len(report.get("references") or ()), condense_ms=report.get("duration_ms"),
+        compaction_step=bool(report.get("compaction_step")),
     )  # fmt: skip
 
 

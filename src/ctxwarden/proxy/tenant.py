@@ -38,7 +38,7 @@ def load_or_create_secret(data_dir: str | Path) -> bytes:
     orphan every stored artifact."""
     folder = Path(data_dir)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store beside it: its own
     except OSError as exc:  # a file in the way, no permission
         reason = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
         raise ConfigError(f"cannot create {folder} ({reason or exc})", "data_dir") from None

@@ -31,7 +31,7 @@ EVENT_FIELDS: frozenset[str] = frozenset(
         "recall_injected", "recall_rounds", "recall_calls", "recall_errors",
         "upstream_status", "upstream_ms", "overhead_ms", "condense_ms", "total_ms",
         "usage_prompt_tokens", "usage_cached_tokens", "usage_completion_tokens",
-        "client_disconnected", "stream_cut", "cache_breakpoint",
+        "client_disconnected", "stream_cut", "cache_breakpoint", "compaction_step",
     }
 )  # fmt: skip
 
