@@ -229,8 +229,13 @@ class MessagesFilter(StreamFilter):
         super().start_round()
         self._map, self._recall, self._blocks, self._args = {}, set(), {}, {}
         self._stopped = False
+        self._start_usage = None
 
     _stopped = False
+    _start_usage: dict[str, Any] | None = None
+    """The usage a later round's (swallowed) ``message_start`` reported: its input
+    figures go into the final ``message_delta``, so a stream tells the last round's
+    context size, as the whole answer does."""
 
     def round_ended(self) -> bool:
         return self._stopped
@@ -241,7 +246,12 @@ class MessagesFilter(StreamFilter):
         if kind == "error":
             self.errored = True
         if kind == "message_start":
-            return [event.raw] if self.round == 0 else []
+            if self.round == 0:
+                return [event.raw]
+            message = obj.get("message") if isinstance(obj, dict) else None
+            usage = message.get("usage") if isinstance(message, dict) else None
+            self._start_usage = dict(usage) if isinstance(usage, dict) else None
+            return []
         if kind in ("message_delta", "message_stop"):
             self._stopped = self._stopped or kind == "message_stop"
             self.held.append(event.raw)
@@ -297,19 +307,26 @@ class MessagesFilter(StreamFilter):
         return result
 
     def _patched(self) -> list[bytes]:
-        if not self._recall or any(
+        end_turn = bool(self._recall) and not any(
             b.get("type") == "tool_use" for i, b in self._blocks.items() if i not in self._recall
-        ):
+        )
+        started = {k: v for k, v in (self._start_usage or {}).items() if k != "output_tokens"}
+        if not end_turn and not started:
             return self.held
         out = []
         for raw in self.held:
             event = _reparse(raw)
             obj = event.json()
             if isinstance(obj, dict) and obj.get("type") == "message_delta":
+                patched = dict(obj)
                 delta = obj.get("delta") or {}
-                if delta.get("stop_reason") == "tool_use":
-                    obj["delta"] = {**delta, "stop_reason": "end_turn"}
-                    raw = encode_event(obj, event.name)
+                if end_turn and delta.get("stop_reason") == "tool_use":
+                    patched["delta"] = {**delta, "stop_reason": "end_turn"}
+                given = obj.get("usage")
+                if started and isinstance(given, dict | None):
+                    patched["usage"] = {**started, **(given or {})}  # the delta's own win
+                if patched != obj:
+                    raw = encode_event(patched, event.name)
             out.append(raw)
         return out
 
