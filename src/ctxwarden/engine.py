@@ -49,6 +49,7 @@ from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
 from ctxwarden.pipeline.presets import resolve_pipeline
 from ctxwarden.pipeline.validate import validate_rewrite
 from ctxwarden.store import Store, open_store
+from ctxwarden.store.recall import Recalled
 from ctxwarden.tokens.budget import Budget, make_budget
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import ModelInfo, load_registry
@@ -392,11 +393,19 @@ class Engine:
 
     def recall(self, ref: str, lines: str | None = None, *, tenant: str = DEFAULT_TENANT) -> str:
         """The original text behind a reference, or a line range ``A-B`` of it (at most
-        5,000 lines: :func:`ctxwarden.store.recall.recall` says when it cut one)."""
-        from ctxwarden.store.recall import recall_text
+        5,000 lines: :meth:`recalled` says when it cut one)."""
+        return self.recalled(ref, lines, tenant=tenant).text
+
+    def recalled(
+        self, ref: str, lines: str | None = None, *, tenant: str = DEFAULT_TENANT
+    ) -> Recalled:
+        """:meth:`recall` with what it found: the text, the original's line count and
+        where the 5,000-line cap cut the range, if it did. A store that cannot be opened
+        is a :class:`~ctxwarden.errors.StoreError` of this call."""
+        from ctxwarden.store.recall import recall
 
         self._check_open()
-        return recall_text(self.store, ref, lines, tenant=tenant)
+        return recall(self.store, ref, lines, tenant=tenant)
 
     def close(self) -> None:
         """End the acondense thread once the calls made so far have run, then close the

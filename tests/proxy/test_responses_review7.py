@@ -139,14 +139,16 @@ async def test_a_stream_cut_after_its_id_was_shown_can_be_continued(
         "continuation_fails": Reply(status=500, error="overloaded"),
     }[cut]
     proxy.fake.script(Reply(text="Let me look.", tool_calls=[recall]), *([later] if later else []))
+    slowed: list[int] = []
     if cut == "client_leaves_while_answering":
-        slow_recall = proxy.engine.recall
+        slow_recall = proxy.engine.recalled
 
-        def slow(*args: Any, **kwargs: Any) -> str:
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            slowed.append(1)
             time.sleep(0.6)
             return slow_recall(*args, **kwargs)
 
-        monkeypatch.setattr(proxy.engine, "recall", slow)
+        monkeypatch.setattr(proxy.engine, "recalled", slow)
 
     async def stop(event: dict[str, Any]) -> bool:
         if cut == "client_leaves_next_round":  # the user presses stop in round 1
@@ -169,6 +171,8 @@ async def test_a_stream_cut_after_its_id_was_shown_can_be_continued(
     sent = proxy.fake.received[-1].json()
     assert sent["previous_response_id"] == seen
     assert _outputs(sent["input"]) == {"call_recall_0": ORIGINAL}
+    if cut == "client_leaves_while_answering":
+        assert slowed  # the answer was under way when the client left
 
 
 # -- 3. requests forwarded uncondensed still get what is owed ----------------------

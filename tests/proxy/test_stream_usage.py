@@ -46,3 +46,25 @@ async def test_a_streamed_answer_reports_the_last_rounds_input_tokens(proxy: Pro
                 message = await c.messages.create(**kw)
             seen[stream] = message.usage.input_tokens
     assert seen == {False: 7000, True: 7000}
+
+
+def test_a_null_in_the_final_delta_does_not_hide_the_last_rounds_figure() -> None:
+    """Some gateways send unset usage fields as null: the last round's figure stays
+    (a null merged over it left the client with the first round's count)."""
+    from ctxwarden.proxy.sse import SSESplitter, encode_event
+    from ctxwarden.proxy.stream_filters import MessagesFilter
+
+    def events(*objs: dict[str, Any]) -> list[Any]:
+        return SSESplitter().feed(b"".join(encode_event(o, o["type"]) for o in objs))
+
+    usage = {"input_tokens": 7000, "cache_read_input_tokens": 10, "output_tokens": 1}
+    start = {"type": "message_start", "message": {"usage": usage}}
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+             "usage": {"input_tokens": None, "output_tokens": 5}}  # fmt: skip
+    stream = MessagesFilter()
+    stream.start_round()  # a continuation round, after one that called recall
+    for event in events(start, delta, {"type": "message_stop"}):
+        stream.process(event)
+    (final, _stop) = SSESplitter().feed(b"".join(stream.finish()))
+    assert final.json()["usage"] == {"input_tokens": 7000, "cache_read_input_tokens": 10,
+                                     "output_tokens": 5}  # fmt: skip

@@ -50,7 +50,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import re
 import time
@@ -78,7 +77,6 @@ from ctxwarden.proxy.upstream import (
     response_headers,
     translate_read_error,
 )
-from ctxwarden.store.recall import recall
 
 __all__ = ["ClientGone", "Exchange", "relay", "relay_with_recall"]
 
@@ -336,7 +334,7 @@ async def _answer(
         answer = await loop.run_in_executor(  # a store read: never behind a condense
             state.store_reads,
             lambda c=call: answer_call(  # type: ignore[misc]
-                functools.partial(recall, state.engine.store),
+                state.engine.recalled,
                 c,
                 tenant=tenant,
                 max_bytes=state.settings.max_recall_bytes,

@@ -324,7 +324,8 @@ class MessagesFilter(StreamFilter):
                     patched["delta"] = {**delta, "stop_reason": "end_turn"}
                 given = obj.get("usage")
                 if started and isinstance(given, dict | None):
-                    patched["usage"] = {**started, **(given or {})}  # the delta's own win
+                    own = {k: v for k, v in (given or {}).items() if v is not None}
+                    patched["usage"] = {**started, **own}  # the delta's own figures win
                 if patched != obj:
                     raw = encode_event(patched, event.name)
             out.append(raw)
