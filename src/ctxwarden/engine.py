@@ -40,6 +40,7 @@ from ctxwarden.errors import (
     StoreError,
     ValidationFailed,
     json_pointer,
+    store_failure,
 )
 from ctxwarden.model.classify import classify
 from ctxwarden.model.conversation import Conversation
@@ -353,7 +354,7 @@ class Engine:
             if isinstance(exc, ValidationFailed):
                 reason = f"validation: {exc}"
             elif isinstance(exc, StoreError):  # what failed, not the driver's text (a URL)
-                reason = f"{reason}: {str(exc).split(': ', 1)[0]}"
+                reason = store_failure(exc)
             elif isinstance(exc, ConfigError):  # the key at fault (a store's client library)
                 reason = f"{reason}: {exc.key}"
             report.update(fallback_reason=reason, fallbacks=1)

@@ -35,6 +35,7 @@ __all__ = [
     "StoreError",
     "ValidationFailed",
     "json_pointer",
+    "store_failure",
 ]
 
 
@@ -82,6 +83,13 @@ class ConfigError(CtxwardenError):
 
 class StoreError(CtxwardenError):
     """The artifact store failed or is unavailable."""
+
+
+def store_failure(exc: StoreError) -> str:
+    """What ``exc`` says failed, for logs and reports: its class and its message up to
+    the first ``": "`` (the store's own words; the driver's text after them may hold a
+    URL with its password)."""
+    return f"{exc.__class__.__name__}: {str(exc).split(': ', 1)[0]}"
 
 
 class ArtifactMissing(StoreError):

@@ -95,7 +95,14 @@ def _decode_one(coding: str, data: bytes, limit: int) -> bytes | str:
             return _deflate(data, limit)
     except (zlib.error, ValueError):
         return f"content-encoding {coding!r}: corrupt body"
-    return f"content-encoding {coding!r} not readable here"
+    # the client's header value is not repeated (it may hold anything): a known coding
+    # is named, any other is "other"
+    named = coding if coding in _KNOWN_CODINGS else "other"
+    return f"content-encoding {named!r} not readable here"
+
+
+_KNOWN_CODINGS = frozenset({"br", "zstd", "compress", "x-compress", "identity", "aes128gcm"})
+"""Codings named in a fallback reason; gzip and deflate are read."""
 
 
 def decode_body(raw: bytes, content_encoding: str | None, limit: int) -> DecodedBody:

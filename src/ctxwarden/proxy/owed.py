@@ -70,7 +70,7 @@ from typing import Any
 
 import orjson
 
-from ctxwarden.errors import StoreError
+from ctxwarden.errors import StoreError, store_failure
 from ctxwarden.proxy.bodies import off_loop_if_large
 from ctxwarden.proxy.recall import RecallAnswer
 from ctxwarden.proxy.state import OWING_TENANTS, ProxyState, keep_newest
@@ -133,7 +133,7 @@ async def remember(state: ProxyState, tenant: str, response_id: Any, items: list
     try:
         await loop.run_in_executor(state.store_reads, put)  # never behind a condense
     except StoreError as exc:
-        _log.error("could not keep the recall answers a response owes: %s", exc)
+        _log.error("could not keep the recall answers a response owes: %s", store_failure(exc))
         return False
     _note_owing(state, tenant, began)
     return True
@@ -177,7 +177,7 @@ async def _read_state(state: ProxyState, tenant: str, name: str, what: str) -> b
             state.store_reads, state.engine.store.get_state, tenant, name
         )
     except StoreError as exc:
-        _log.error("could not read %s: %s", what, exc)
+        _log.error("could not read %s: %s", what, store_failure(exc))
         return None
 
 

@@ -61,7 +61,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ctxwarden.errors import StoreError
+from ctxwarden.errors import StoreError, store_failure
 from ctxwarden.proxy import owed
 from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
@@ -138,7 +138,7 @@ async def _remember_canary(state: ProxyState, tenant: str, response_id: str, key
             state.store_reads, state.engine.store.put_state, tenant, name, key.encode()
         )
     except StoreError as exc:  # the continuation is bucketed by its own text then
-        _log.error("could not keep the canary key of a response: %s", exc)
+        _log.error("could not keep the canary key of a response: %s", store_failure(exc))
 
 
 def _is_sse(response: aiohttp.ClientResponse) -> bool:

@@ -19,7 +19,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from ctxwarden.config import Mode
-from ctxwarden.errors import StoreError
+from ctxwarden.errors import StoreError, store_failure
 from ctxwarden.proxy.rollout import (
     Decision,
     canary_name,
@@ -178,7 +178,7 @@ def _stored_key(state: ProxyState, tenant: str, previous: str) -> str | None:
     try:
         known = state.engine.store.get_state(tenant, canary_name(previous))
     except StoreError as exc:
-        _log.error("could not read the canary key of a response: %s", exc)
+        _log.error("could not read the canary key of a response: %s", store_failure(exc))
         return None
     try:
         return known.decode() if known else None

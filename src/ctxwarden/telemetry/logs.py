@@ -18,6 +18,11 @@ import orjson
 __all__ = ["LIBRARY_LOGGERS", "JsonFormatter", "configure_json_logging"]
 
 
+_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+"""Line breaks JSON leaves unescaped but ``str.splitlines`` (and some log shippers)
+split on: escaped, so a client's text (a model name) cannot break a log line."""
+
+
 class JsonFormatter(logging.Formatter):
     """Format records as single-line JSON (see module docstring)."""
 
@@ -34,7 +39,8 @@ class JsonFormatter(logging.Formatter):
             out["level"] = record.levelname.lower()
         if record.exc_info and record.exc_info[0] is not None:
             out["exc_type"] = record.exc_info[0].__name__
-        return orjson.dumps(out, default=str).decode()
+        line = orjson.dumps(out, default=str).decode()
+        return line.translate(_LINE_BREAKS)  # one line for every splitter
 
 
 LIBRARY_LOGGERS = ("aiohttp", "asyncio")

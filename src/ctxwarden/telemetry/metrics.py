@@ -3,7 +3,9 @@
 Each :class:`ProxyMetrics` owns its own ``CollectorRegistry`` so that several apps
 (tests, embedded use) never collide in the global registry. Labels have bounded
 cardinality: route (fixed set), mode (3 values), status (HTTP code), fallback kind
-(a fixed classification, not the free-form reason). No contents, no credentials.
+(a fixed classification, not the free-form reason: ``client`` for the client's input,
+a malformed or unreadable body, ``store``, ``validation``, ``limit``, and ``error`` for
+a failure of ctxwarden's own). No contents, no credentials.
 """
 
 from __future__ import annotations
@@ -26,9 +28,22 @@ _UPSTREAM_BUCKETS = (*_LATENCY_BUCKETS, 120, 300, 600)
 default read timeout (600 s)."""
 
 
+_CLIENT_REASONS = (
+    "malformed request",
+    "content-encoding",
+    "json only the stdlib parser reads",
+    "an integer past 64 bits",
+)
+"""Starts of the reasons that are the client's input, not a failure of ctxwarden's."""
+
+
 def _fallback_kind(reason: str) -> str:
+    """The fallback's kind, read off the start of its reason (fixed texts only: a
+    reason may quote a client's input, which must not pick the kind)."""
     lowered = reason.lower().removeprefix("proxy: ")  # the proxy's own reasons
-    if "store" in lowered or "artifact" in lowered:
+    if lowered.startswith(_CLIENT_REASONS):
+        return "client"
+    if lowered.startswith(("storeerror", "artifact")):
         return "store"
     if lowered.startswith("validation"):
         return "validation"
