@@ -20,6 +20,7 @@ Contract:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,11 +105,14 @@ def parse_arguments(arguments: str | dict[str, Any]) -> tuple[str, str | None]:
     return data["ref"][:64], None if lines is None else str(lines)[:32]
 
 
-def answer_call(recall: Any, call: RecallCall, *, tenant: str, max_bytes: int) -> RecallAnswer:
-    """Answer one call with ``recall(ref, lines, tenant=...)`` (blocking; run off-loop)."""
+def answer_call(
+    recall: Callable[..., Recalled], call: RecallCall, *, tenant: str, max_bytes: int
+) -> RecallAnswer:
+    """Answer one call with ``recall(ref, lines, tenant=...)`` (blocking; run off-loop):
+    :meth:`~ctxwarden.engine.Engine.recalled`, which says where the line cap cut."""
     try:
         ref, lines = parse_arguments(call.arguments)
-        found: str | Recalled = recall(ref, lines, tenant=tenant)
+        found = recall(ref, lines, tenant=tenant)
     except ArtifactMissing:
         return RecallAnswer(call.call_id, "ctxwarden_recall: no such reference", False, "missing")
     except ArtifactCorrupted:
@@ -121,13 +125,15 @@ def answer_call(recall: Any, call: RecallCall, *, tenant: str, max_bytes: int) -
         return RecallAnswer(
             call.call_id, "ctxwarden_recall: the store is unavailable", False, "store"
         )
-    text = found.text if isinstance(found, Recalled) else found
+    text = found.text
     encoded = text.encode("utf-8")
     if len(encoded) > max_bytes:
         cut = encoded[:max_bytes].decode("utf-8", "ignore")
-        total = found.lines if isinstance(found, Recalled) else text.count("\n") + 1
-        text = f"{cut}\n[ctxwarden_recall: truncated; {total} lines in all, ask for a line range]"
-    elif isinstance(found, Recalled) and found.cut_at is not None and found.wanted is not None:
+        text = (
+            f"{cut}\n[ctxwarden_recall: truncated; {found.lines} lines in all, "
+            "ask for a line range]"
+        )
+    elif found.cut_at is not None and found.wanted is not None:
         text = (
             f"{text}\n[ctxwarden_recall: cut at line {found.cut_at:,} of {found.lines:,} "
             f"({MAX_RECALL_LINES:,} lines at most); ask for lines "
