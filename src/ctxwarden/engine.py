@@ -40,6 +40,7 @@ from ctxwarden.errors import (
     StoreError,
     ValidationFailed,
     json_pointer,
+    reraise_fatal,
     store_failure,
 )
 from ctxwarden.model.classify import classify
@@ -301,7 +302,7 @@ class Engine:
         except MalformedRequest:
             raise
         except BaseException as exc:  # JSON-incompatible values, huge integers: as is
-            _reraise_fatal(exc)  # a native library's panic is no Exception, but is local
+            reraise_fatal(exc)  # a native library's panic is no Exception, but is local
             return CondenseResult(dict(request), _unread_report(api, mode, exc, started))
         tokens_before = sum(element_tokens)
         report: dict[str, Any] = {
@@ -349,7 +350,7 @@ class Engine:
         except MalformedRequest:
             raise
         except BaseException as exc:  # never fail a request that could be forwarded
-            _reraise_fatal(exc)
+            reraise_fatal(exc)
             reason = exc.__class__.__name__
             if isinstance(exc, ValidationFailed):
                 reason = f"validation: {exc}"
@@ -458,14 +459,6 @@ def _collect(store: Store) -> None:
         _log.warning("store gc failed: %s", type(exc).__name__)
     else:
         _log.info("store gc dropped %d entries", dropped)
-
-
-def _reraise_fatal(exc: BaseException) -> None:
-    """Raise ``exc`` again when it stops the program (Ctrl-C, exit); any other failure,
-    a native library's panic included (``pyo3``'s ``PanicException`` derives from
-    ``BaseException``), only sends the original request."""
-    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-        raise exc
 
 
 _MODES = frozenset(("active", "shadow", "exact"))

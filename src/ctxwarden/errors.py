@@ -35,6 +35,7 @@ __all__ = [
     "StoreError",
     "ValidationFailed",
     "json_pointer",
+    "reraise_fatal",
     "store_failure",
 ]
 
@@ -83,6 +84,14 @@ class ConfigError(CtxwardenError):
 
 class StoreError(CtxwardenError):
     """The artifact store failed or is unavailable."""
+
+
+def reraise_fatal(exc: BaseException) -> None:
+    """Raise ``exc`` again when it stops the program (Ctrl-C, exit); any other failure,
+    a native library's panic included (``pyo3``'s ``PanicException`` derives from
+    ``BaseException``), is the caller's to handle locally."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        raise exc
 
 
 def store_failure(exc: StoreError) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from ctxwarden.errors import reraise_fatal
 from ctxwarden.memo import register_budgeted, share
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import (
@@ -140,9 +141,8 @@ class TokenCounter:
             return self._length_in_pieces(text)
         try:
             return len(self._encoding.encode_ordinary(text))
-        except (KeyboardInterrupt, SystemExit, GeneratorExit):
-            raise
-        except BaseException:  # a panic in the tokenizer's native code
+        except BaseException as exc:  # a panic in the tokenizer's native code
+            reraise_fatal(exc)
             return self._length_in_pieces(text)
 
     def _length_in_pieces(self, text: str) -> int:
