@@ -10,6 +10,7 @@ search of its primary key reads every overflowing body it compares against.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -144,12 +145,8 @@ def _create_private(path: Path) -> None:
     """Create the database file readable by its owner alone when it does not exist yet
     (it holds tool outputs, secrets among them; SQLite gives its ``-wal`` and ``-shm``
     files the database's permissions). An existing file keeps the mode it has."""
-    try:
+    with contextlib.suppress(FileExistsError, IsADirectoryError):  # opening reports a folder
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        pass
-    except IsADirectoryError:
-        pass  # opening reports it, as before
 
 
 class SqliteStore:
