@@ -13,6 +13,8 @@ from ctxwarden.io import bundled_sessions, load_session, session_requests
 from ctxwarden.pipeline.condenser import step_is_free
 from ctxwarden.pipeline.presets import PlannerConfig
 from ctxwarden.pipeline.state import SessionState
+from ctxwarden.tokens.budget import Budget
+from tests.passes.convo import MODEL, call, lines_of, result
 
 PLANNER = PlannerConfig(
     free_step_cost=0.5,
@@ -142,3 +144,57 @@ def test_no_unforced_step_leaves_the_session_dearer_than_the_free_step_bound(pat
 def test_the_free_step_bound_binds_on_a_bundled_session() -> None:
     # without it, an early free step leaves a session about a tenth dearer until it pays
     assert max(_worst_excess_after_steps(p, 100.0) for p in bundled_sessions()) > 0.02
+
+
+# window 20,000, reserve 1,000: usable 19,000, hard trigger 17,600; floor max(128, 1%)
+_BUDGET = Budget(context_window=20_000, output_reserve=1_000, window_source="config")
+
+
+@pytest.mark.parametrize(
+    ("total", "saving", "pays"),
+    [
+        (18_000, 180, True),  # the floor (1% of the request) is met
+        (18_000, 179, False),  # below it, and the request fitted anyway
+        (19_050, 60, True),  # below it, but the request now fits the usable budget
+        (20_100, 120, True),  # ... or the window at all
+        (21_000, 120, False),  # over the window either way
+        (19_500, 120, False),  # over the usable budget either way
+    ],
+)
+def test_a_forced_step_pays_by_its_floor_or_by_making_the_request_fit(
+    total: int, saving: int, pays: bool
+) -> None:
+    from ctxwarden.pipeline.condenser import forced_step_pays
+
+    assert forced_step_pays(_BUDGET, PlannerConfig(), total, saving) is pays
+
+
+def test_a_huge_newest_output_forces_no_step_that_saves_next_to_nothing() -> None:
+    """The newest output, always sent exact, holds the request over the hard trigger;
+    what older content offers is below the floor, and the request fits its window
+    either way: no step is forced (one was, and broke the prompt cache for 77 tokens;
+    a corpus session lost 1.7% of its cost that way under conservative)."""
+    engine = Engine(
+        EngineConfig(
+            budget={"context_window": 20_000, "output_reserve": 1_000},
+            store=StoreConfig(backend="memory"),
+        )
+    )
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing build."},
+    ]
+    for i in range(12):
+        messages += [
+            call(f"c{i}", f"cat f{i}.py"),
+            result(f"c{i}", lines_of(f"f{i}", 8 if i == 0 else 1)),
+        ]
+        report = engine.condense({"model": MODEL, "messages": messages}, session="s").report
+        assert report["band"] == "low"
+    messages += [call("cz", "find /usr"), result("cz", lines_of("big", 1100))]
+    report = engine.condense({"model": MODEL, "messages": messages}, session="s").report
+    assert report["band"] == "hard"
+    assert 17_600 < report["tokens_before"] < 19_000  # over the hard trigger, fits
+    assert not report["forced_step"]
+    assert not report["rewritten"]
+    assert not report["compaction_step"]

@@ -11,7 +11,8 @@ Cache-aware and deterministic:
    over the coming turns must outweigh the cache rewrite, and it may not push the
    session's cost above exact by more than ``max_session_deficit`` (a step cheap enough
    to count as free: by more than :func:`free_step_bound`). When the pressure
-   band reaches the soft or hard trigger a step is forced.
+   band reaches the soft or hard trigger a step is forced, if it saves at least the
+   floor or makes the request fit (:func:`forced_step_pays`).
 4. Each adopted replacement's originals are stored and read back; a failure rolls that
    segment back alone. Frozen replacements whose artifact went missing are restored.
 """
@@ -65,7 +66,14 @@ from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import CachePricing
 
-__all__ = ["CondenseOutcome", "Condenser", "fits_ledger", "free_step_bound", "step_is_free"]
+__all__ = [
+    "CondenseOutcome",
+    "Condenser",
+    "fits_ledger",
+    "forced_step_pays",
+    "free_step_bound",
+    "step_is_free",
+]
 
 MAX_SENT_HASHES = MESSAGE_MEMO_LIMIT
 
@@ -154,11 +162,19 @@ class Condenser:
         if failed:  # a segment whose artifact failed stays as it was for this request
             view = replace(view, eligible=view.eligible - failed)
         new = self._propose(view, frozen, counter, band, target, frozen_total)
+        unrelaxed = dict(new)
         if forced and frozen_total - self._total_saving(view, new, counter, frozen) >= (
             budget.soft_trigger
         ):
             relaxed = replace(view, recent=frozenset(), relevant=frozenset())
             new.update(self._propose(relaxed, {**frozen, **new}, counter, band, None, frozen_total))
+        if forced and not forced_step_pays(
+            budget,
+            self.pipeline.planner,
+            frozen_total,
+            self._total_saving(view, new, counter, frozen),
+        ):  # judged like any other step, on what the passes propose outside the band
+            forced, new = False, unrelaxed
 
         # what the request is with the frozen replacements alone: the planner's baseline,
         # and what is sent when no step is taken (the usual turn)
@@ -692,6 +708,18 @@ def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: 
     key, ref = witness
     segment = by_key.get(key)
     return segment is not None and _reads_as(segment, ref, common)
+
+
+def forced_step_pays(budget: Budget, planner: PlannerConfig, total: int, saving: int) -> bool:
+    """Whether a step the pressure band forces is taken regardless of its cache cost:
+    when it saves at least the floor, or when it brings a request that does not fit (the
+    usable budget or the whole window) under that limit. A smaller saving that leaves
+    the request where it was does not buy its prompt-cache rewrite (a huge newest
+    output, always sent exact, can hold a request over the hard trigger with nearly
+    nothing else to condense: forced, such steps were taken turn after turn)."""
+    if saving >= max(planner.floor_tokens, planner.floor_ratio * total):
+        return True
+    return any(total > limit >= total - saving for limit in (budget.usable, budget.context_window))
 
 
 def step_is_free(
