@@ -169,7 +169,10 @@ class Engine:
 
     def budget_for(self, model: str | None) -> Budget:
         """The budget for ``model`` by the documented window selection order."""
-        info = self.registry.lookup(model)
+        return self._budget(model, self.registry.lookup(model))
+
+    def _budget(self, model: str | None, info: ModelInfo | None) -> Budget:
+        """:meth:`budget_for` with ``model``'s registry entry looked up already."""
         defaults = self.registry.defaults
         return make_budget(
             configured_window=self.config.budget.context_window,
@@ -294,7 +297,7 @@ class Engine:
             conversation = self.parse(request, api)
             info = self.registry.lookup(conversation.model)
             counter = self.counter_for(info)
-            budget = self.budget_for(conversation.model)
+            budget = self._budget(conversation.model, info)
             hashes = element_hashes(conversation)
             element_tokens = counter.element_tokens(conversation, hashes)
             session_key = session or derive_session_key(conversation)

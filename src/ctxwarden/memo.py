@@ -25,8 +25,9 @@ or goes changes the factor, which each memo reads when it stores. Without a budg
 (``set_memo_budget(None)``) each memo has its own bound, about 1.7 GB estimated in all
 for one engine that has condensed (its passes' memos, one token counter). The estimate
 counts a text once per memo that holds it, so it runs above the memory really used.
-Caches keyed by session (an engine's segment walks and decoded session states) are
-bounded the same way: by sessions and by bytes, within the budget.
+Caches keyed by session (an engine's segment walks, decoded session states, and the
+element changes and rewritten messages of each session's last request) are bounded the
+same way: by sessions and by bytes, within the budget.
 """
 
 from __future__ import annotations
@@ -403,6 +404,11 @@ class IdentityMemo(Generic[Obj, K, V]):
 
     def of(self, obj: Obj) -> dict[K, V]:
         """The values memoized for ``obj`` (an empty dict to fill the first time)."""
+        # the usual case read straight off the memo's main store (this module's own):
+        # every message of every request asks, and the method call is half the cost
+        found = self._entries._data.get(id(obj))
+        if found is not None and found[0][0] is obj:
+            return found[0][1]
         entry = self._entries.get(id(obj), None)
         if entry is None or entry[0] is not obj:
             # the values are derived copies sharing the object's texts: twice its weight

@@ -80,7 +80,7 @@ def test_memos_stay_bounded(monkeypatch: Any) -> None:
 @given(request=chat_requests(), data=st.data())
 def test_memoized_rewrite_equals_a_full_scan(request: dict[str, Any], data: st.DataObject) -> None:
     from ctxwarden.passes.base import Replacement
-    from ctxwarden.pipeline import condenser
+    from ctxwarden.pipeline import rewrite
 
     conversation = classify(get_adapter("openai.chat").parse(request))
     paths = [
@@ -92,13 +92,13 @@ def test_memoized_rewrite_equals_a_full_scan(request: dict[str, Any], data: st.D
     chosen = data.draw(st.lists(st.sampled_from(paths), unique=True)) if paths else []
     text = data.draw(st.sampled_from(["[ctxwarden: a]", "[ctxwarden: b]"]))
     applied = {p: Replacement(f"{text} {i}", "mask") for i, p in enumerate(chosen)}
-    scanned = tuple(condenser._apply_to_message(m, applied) for m in conversation.messages)
-    first = condenser._apply(conversation, applied)
-    again = condenser._apply(conversation, applied)  # served from the memo
+    scanned = tuple(rewrite.apply_to_message(m, applied) for m in conversation.messages)
+    first = rewrite.apply_replacements(conversation, applied)
+    again = rewrite.apply_replacements(conversation, applied)  # served from the memo
     assert first.messages == scanned == again.messages
     other = {p: Replacement("[ctxwarden: other]", "mask") for p in chosen}
-    assert condenser._apply(conversation, other).messages == tuple(
-        condenser._apply_to_message(m, other) for m in conversation.messages
+    assert rewrite.apply_replacements(conversation, other).messages == tuple(
+        rewrite.apply_to_message(m, other) for m in conversation.messages
     )
 
 

@@ -37,15 +37,13 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 def protected_message_indexes(conversation: Conversation) -> frozenset[int]:
     """Indexes of messages that no pass may change (system, first user, newest)."""
-    protected: set[int] = set()
-    first_user_seen = False
-    for i, message in enumerate(conversation.messages):
-        if message.role in _SYSTEM_ROLES:
+    messages = conversation.messages
+    protected = {i for i, message in enumerate(messages) if message.role in _SYSTEM_ROLES}
+    for i, message in enumerate(messages):
+        if message.role == "user" and message.item_type == "message":
             protected.add(i)
-        elif message.role == "user" and not first_user_seen and message.item_type == "message":
-            first_user_seen = True
-            protected.add(i)
-    protected.update(range(conversation.newest_start, len(conversation.messages)))
+            break
+    protected.update(range(conversation.newest_start, len(messages)))
     return frozenset(protected)
 
 
@@ -113,21 +111,24 @@ item they parsed before), by what classification depends on: the exact flag and 
 of the message's tool-result texts earlier messages already showed."""
 
 
-def _result_texts(message: Message) -> list[str]:
-    return [c.text for r in message.tool_results for c in r.content if isinstance(c, TextPart)]
+_NO_TEXTS: dict[bool, tuple[bool, tuple[bool, ...]]] = {True: (True, ()), False: (False, ())}
+"""The memo keys of messages without tool-result texts to look at."""
 
 
 def _classified(message: Message, exact: bool, seen: set[str]) -> Message:
     """``message`` classified; adds its tool-result texts to ``seen`` like a part by
     part walk would."""
-    texts = () if exact else tuple(_result_texts(message))
-    flags = tuple(bool(t) and t in seen for t in texts)
+    texts = () if exact else message.result_texts
+    if texts:
+        key = (exact, tuple(bool(t) and t in seen for t in texts))
+        seen.update(texts)
+    else:
+        key = _NO_TEXTS[exact]
     known = _MEMO.of(message)
-    out = known.get((exact, flags))
+    out = known.get(key)
     if out is None:
-        earlier = {t for t, shown in zip(texts, flags, strict=True) if shown}
+        earlier = {t for t, shown in zip(texts, key[1], strict=True) if shown}
         parts = tuple(_classify_part(p, exact, earlier) for p in message.parts)
         same = all(a is b for a, b in zip(parts, message.parts, strict=True))
-        out = known[(exact, flags)] = message if same else replace(message, parts=parts)
-    seen.update(texts)
+        out = known[key] = message if same else replace(message, parts=parts)
     return out

@@ -33,6 +33,9 @@ class Message:
     item_type: str = "message"
     _tool_calls: tuple[ToolCallPart, ...] = field(init=False, repr=False, compare=False)
     _tool_results: tuple[ToolResultPart, ...] = field(init=False, repr=False, compare=False)
+    _result_texts: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _edited: bool = field(init=False, repr=False, compare=False)
+    _footprint: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # computed once: parsed messages are memoized and read every turn after
@@ -40,11 +43,21 @@ class Message:
         object.__setattr__(self, "_tool_calls", calls)
         results = tuple(p for p in self.parts if isinstance(p, ToolResultPart))
         object.__setattr__(self, "_tool_results", results)
+        texts = tuple(c.text for r in results for c in r.content if isinstance(c, TextPart))
+        object.__setattr__(self, "_result_texts", texts)
+        edited = any(c.edited for c in calls) or any(t.edited for t in self.text_parts())
+        object.__setattr__(self, "_edited", edited)
+        object.__setattr__(self, "_footprint", -1)  # measured on first use
 
     def footprint(self) -> int:
         """An estimate of the bytes the message keeps alive (its texts, arguments and
         opaque JSON, plus a small object's size per part): what a memo holding it
-        weighs."""
+        weighs. Measured once (each memo that keeps the message asks)."""
+        if self._footprint < 0:
+            object.__setattr__(self, "_footprint", self._measured())
+        return self._footprint
+
+    def _measured(self) -> int:
         total = _PART_BYTES
         for part in self.parts:
             total += _PART_BYTES
@@ -77,6 +90,16 @@ class Message:
     @property
     def tool_results(self) -> tuple[ToolResultPart, ...]:
         return self._tool_results
+
+    @property
+    def result_texts(self) -> tuple[str, ...]:
+        """The texts of its tool results, in order (media and opaque parts omitted)."""
+        return self._result_texts
+
+    @property
+    def edited(self) -> bool:
+        """Whether a pass rewrote any of its texts or tool-call arguments."""
+        return self._edited
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +134,8 @@ class Conversation:
             if isinstance(part, TextPart) and part.edited:
                 yield part
         for message in self.messages if messages is None else messages:
+            if not message.edited:
+                continue
             for text in message.text_parts():
                 if text.edited:
                     yield text
@@ -120,6 +145,8 @@ class Conversation:
         for part in self.edited_texts():
             yield part.path, part.text
         for message in self.messages:
+            if not message.edited:
+                continue
             for call in message.tool_calls:
                 if call.edited and call.arguments_path is not None:
                     yield call.arguments_path, call.arguments

@@ -71,7 +71,9 @@ class Replacement:
     @property
     def refs(self) -> tuple[str, ...]:
         """Every reference the replacement's text relies on."""
-        return tuple(ref for ref, _ in self.originals) or self.stored_refs
+        if not self.originals:  # a frozen one: re-applied for every request
+            return self.stored_refs
+        return tuple(ref for ref, _ in self.originals)
 
 
 def ref_for(text: str) -> str:
@@ -107,10 +109,13 @@ class PassContext:
     """Transforms whose replacement restates the whole text (normalization): a lossy
     pass may still condense a segment one of them replaced (see :meth:`open_segments`)."""
     by_path: dict[Path, Segment] = field(default_factory=dict)
+    """Every segment by its path (filled from ``segments`` unless given)."""
     _eligible_by_kind: dict[str, list[Segment]] = field(default_factory=dict, repr=False)
+    _eligible_segments: list[Segment] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.by_path = {s.path: s for s in self.segments}
+        if not self.by_path:
+            self.by_path = {s.path: s for s in self.segments}
 
     def open_segments(
         self,
@@ -128,8 +133,11 @@ class PassContext:
         condenser takes such a proposal only when it saves more than the restatement."""
         of_kind = self._eligible_by_kind.get(kind)
         if of_kind is None:
+            if self._eligible_segments is None:  # every kind's: each path looked up once
+                eligible = self.eligible
+                self._eligible_segments = [s for s in self.segments if s.path in eligible]
             of_kind = self._eligible_by_kind[kind] = [
-                s for s in self.segments if s.kind == kind and s.path in self.eligible
+                s for s in self._eligible_segments if s.kind == kind
             ]
         if past_restated and self.restating:
             return [

@@ -35,9 +35,10 @@ def _shown_words(
     the history made this the costliest step of a long session's request."""
     shown: Counter[str] = Counter()
     proposed: list[tuple[int, frozenset[str]]] = []
-    for segment in ctx.segments:
-        rep = decided.get(segment.path)
-        if segment.kind != "tool_output" or rep is None or rep.transform in ctx.restating:
+    by_path = ctx.by_path
+    for path, rep in decided.items():  # the order of equal message indexes is moot
+        segment = by_path.get(path)
+        if segment is None or segment.kind != "tool_output" or rep.transform in ctx.restating:
             continue
         words = wanted.intersection(distinctive_set(rep.text))
         if segment.path in ctx.settled:

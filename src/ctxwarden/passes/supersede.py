@@ -12,7 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 
-from ctxwarden.memo import text_memo
+from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import SupersedeConfig
@@ -28,10 +28,8 @@ def action_key(segment: Segment, file_reads: bool) -> str:
     return _action_key(segment.tool_name, segment.command, file_reads)
 
 
-@text_memo()
 def _action_key(tool_name: str, command: str, file_reads: bool) -> str:
-    """:func:`action_key` of a run of ``tool_name`` with ``command`` (memoized: every
-    request asks it again for every output of the history)."""
+    """:func:`action_key` of a run of ``tool_name`` with ``command``."""
     command = " ".join(command.split())
     if file_reads:
         m = _FULL_READ.match(command)
@@ -50,6 +48,11 @@ class SupersedePass:
 
     def __init__(self, config: SupersedeConfig) -> None:
         self.config = config
+        self._keys: BoundedMemo[tuple[str, str], str] = BoundedMemo(
+            TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES
+        )
+        """Action keys by tool name and command: every request asks again for every
+        output of the history."""
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
@@ -59,7 +62,7 @@ class SupersedePass:
         groups: dict[str, dict[tuple[int, str], list[Segment]]] = defaultdict(dict)
         for segment in ctx.segments:
             if segment.kind == "tool_output" and segment.command:
-                key = action_key(segment, self.config.file_reads)
+                key = self._action(segment)
                 run = (segment.message_index, segment.call_id)
                 groups[key].setdefault(run, []).append(segment)
         out: dict[Path, Replacement] = {}
@@ -97,3 +100,12 @@ class SupersedePass:
                     witness=newest.path,
                 )
         return out
+
+    def _action(self, segment: Segment) -> str:
+        """:func:`action_key` of ``segment`` under this pass's config, memoized."""
+        by = (segment.tool_name, segment.command)
+        key = self._keys.get(by, None)
+        if key is None:
+            key = _action_key(*by, self.config.file_reads)
+            key = self._keys.put(by, key, footprint(by) + footprint(key))
+        return key

@@ -30,18 +30,17 @@ from typing import Any
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import ArtifactCorrupted, json_pointer
 from ctxwarden.memo import (
-    MESSAGE_MEMO_BYTES,
     MESSAGE_MEMO_LIMIT,
     OBJECT_BYTES,
     SESSION_MEMO_BYTES,
     SESSION_MEMO_LIMIT,
+    TEXT_MEMO_BYTES,
     BoundedMemo,
-    IdentityMemo,
+    footprint,
 )
-from ctxwarden.model.conversation import Conversation, Message
-from ctxwarden.model.hashing import digest
+from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes as hash_elements
-from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
+from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.mask import MaskPass
 from ctxwarden.passes.normalize import NormalizePass
@@ -52,7 +51,9 @@ from ctxwarden.pipeline.presets import (
     build_passes,
     resolve_pipeline,
 )
+from ctxwarden.pipeline.rewrite import Rewriter
 from ctxwarden.pipeline.segments import SegmentCache, SegmentView, segment_view
+from ctxwarden.pipeline.sent import Changes, SentElements
 from ctxwarden.pipeline.state import Decision, SessionState
 from ctxwarden.signals import (
     LinesShown,
@@ -74,8 +75,6 @@ __all__ = [
     "free_step_bound",
     "step_is_free",
 ]
-
-MAX_SENT_HASHES = MESSAGE_MEMO_LIMIT
 
 
 def _nothing() -> None:
@@ -112,11 +111,12 @@ class Condenser:
             SESSION_MEMO_LIMIT, SESSION_MEMO_BYTES // 2
         )
         """The state last written per session, with its bytes (see :meth:`_decoded`)."""
-        self._sent_hashes: BoundedMemo[tuple[str, frozenset[tuple[Path, str]]], str] = BoundedMemo(
-            MAX_SENT_HASHES, MESSAGE_MEMO_BYTES
+        self._sent = SentElements()
+        self._rewriter = Rewriter()
+        self._replacements: BoundedMemo[tuple[str, str, tuple[str, ...]], Replacement] = (
+            BoundedMemo(MESSAGE_MEMO_LIMIT, TEXT_MEMO_BYTES)
         )
-        """A rewritten message's element hash by its exact hash and its replacements
-        (the same frozen replacements are re-applied every turn)."""
+        """Frozen replacements by their decision's text, transform and references."""
 
     # -- the whole request -------------------------------------------------------------
     def run(
@@ -138,22 +138,31 @@ class Condenser:
         raw_state = None if one_shot else self.store.get_state(tenant, session)
         state = SessionState.decode(None) if one_shot else self._decoded(tenant, session, raw_state)
         exact_hashes = element_hashes or hash_elements(conversation)
+        # segments carry token counts and wire paths: the model's tokenizer and the API
+        # are part of what a cached walk (and what is derived from it) is valid for
+        walk = f"{tenant}\x00{session}\x00{conversation.api}\x00{counter.spec}"
         view = segment_view(
             conversation,
             counter,
             self.pipeline,
             cache=self._segment_cache,
-            # segments carry token counts and wire paths: the model's tokenizer and the
-            # API are part of what a cached walk is valid for
-            session=f"{tenant}\x00{session}\x00{conversation.api}\x00{counter.spec}",
+            session=walk,
             message_keys=exact_hashes[1:],
         )
+
+        def changes(reps: dict[Path, Replacement]) -> Changes:
+            return self._sent.changes(
+                walk, exact_hashes, reps, view.segment,
+                lambda p, r: self._saved(view, p, r, counter),
+            )  # fmt: skip
+
         exact_tokens = element_tokens
         report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
 
         frozen, failed, kept = self._frozen(state, view, exact_hashes, tenant)
         report["segment_failures"] += len(failed)
-        frozen_saved = sum(self._saved(view, p, r, counter) for p, r in frozen.items())
+        frozen_changes = changes(frozen)
+        frozen_saved = sum(saved for _, saved in frozen_changes.values())
         frozen_total = sum(exact_tokens) - frozen_saved
         band = budget.band(frozen_total)
         forced = band in ("soft", "hard")
@@ -179,7 +188,7 @@ class Condenser:
         # what the request is with the frozen replacements alone: the planner's baseline,
         # and what is sent when no step is taken (the usual turn)
         frozen_sent = (
-            self._sent_elements(exact_hashes, exact_tokens, view, frozen, counter)
+            SentElements.apply(exact_hashes, exact_tokens, frozen_changes)
             if new and not forced
             else None
         )
@@ -192,12 +201,12 @@ class Condenser:
         )
         adopted = self._commit(view, adopted, frozen, tenant, report)
         applied = {**frozen, **adopted}
-        result = _apply(conversation, applied) if applied else conversation
+        result = self._rewriter.rewrite(walk, conversation, applied)
 
         sent_hashes, sent_tokens = (
             frozen_sent
             if frozen_sent is not None and not adopted
-            else self._sent_elements(exact_hashes, exact_tokens, view, applied, counter)
+            else SentElements.apply(exact_hashes, exact_tokens, changes(applied))
         )
         prev_sent = state.sent_hashes
         kept_prefix = common_prefix(prev_sent, sent_hashes)
@@ -325,7 +334,7 @@ class Condenser:
         if not state.decisions:
             return {}, failed, kept
         common = common_prefix(state.exact_hashes, exact_hashes)
-        by_key = {json_pointer(s.path): s for s in view.segments}
+        by_key = view.by_pointer
         candidates: list[tuple[str, Segment, Decision]] = []
         edited = False  # a decision no longer fits: the client changed its history
         for key, decision in state.decisions.items():
@@ -351,7 +360,7 @@ class Condenser:
         older = [key for key, _, d in candidates if d.adopted < state.turns - 1]
         drawn = older[zlib.crc32(str(state.turns).encode()) % len(older)] if older else None
         for key, segment, decision in candidates:
-            if any(ref in gone for ref in decision.refs):
+            if gone and not gone.isdisjoint(decision.refs):
                 failed.add(segment.path)
                 continue
             fresh = decision.adopted >= state.turns - 1
@@ -361,14 +370,22 @@ class Condenser:
                 failed.add(segment.path)
                 self._heal(tenant, segment, decision)
                 continue
-            frozen[segment.path] = Replacement(
-                decision.text, decision.transform, stored_refs=tuple(decision.refs)
-            )
+            frozen[segment.path] = self._replacement(decision)
             kept[segment.path] = (key, decision)
         if edited:
             for path in self._without_their_mentions(view, frozen):
                 del frozen[path], kept[path]
         return frozen, failed, kept
+
+    def _replacement(self, decision: Decision) -> Replacement:
+        """The replacement ``decision`` re-applies (memoized: a session's frozen
+        decisions are re-applied on every request)."""
+        key = (decision.text, decision.transform, tuple(decision.refs))
+        rep = self._replacements.get(key, None)
+        if rep is None:
+            rep = Replacement(decision.text, decision.transform, stored_refs=key[2])
+            rep = self._replacements.put(key, rep, footprint(key) + OBJECT_BYTES)
+        return rep
 
     def _without_their_mentions(
         self, view: SegmentView, frozen: dict[Path, Replacement]
@@ -458,6 +475,7 @@ class Condenser:
             tokens_to_save=target,
             settled=frozenset(decided_before),
             restating=self._restating,
+            by_path=view.by_path,
         )
         decided = dict(decided_before)
         new: dict[Path, Replacement] = {}
@@ -609,33 +627,6 @@ class Condenser:
         in_text, in_witness = LinesShown(rep.text), LinesShown(witness_text)
         return all(in_text.shows(e) or in_witness.shows(e) for e in errors)
 
-    def _sent_elements(
-        self,
-        exact_hashes: list[str],
-        exact_tokens: list[int],
-        view: SegmentView,
-        applied: dict[Path, Replacement],
-        counter: TokenCounter,
-    ) -> tuple[list[str], list[int]]:
-        hashes, tokens = list(exact_hashes), list(exact_tokens)
-        per_message: dict[int, list[tuple[Path, Replacement]]] = defaultdict(list)
-        for path, rep in applied.items():
-            segment = view.segment(path)
-            if segment:
-                per_message[segment.message_index].append((path, rep))
-        for index, reps in per_message.items():
-            key = (exact_hashes[index + 1], frozenset((p, r.text) for p, r in reps))
-            sent = self._sent_hashes.get(key, None)
-            if sent is None:
-                reps.sort(key=lambda pr: json_pointer(pr[0]))
-                blob = exact_hashes[index + 1].encode() + b"".join(
-                    b"\x00" + r.text.encode() for _, r in reps
-                )
-                sent = self._sent_hashes.put(key, digest(blob), len(blob) + 256)
-            hashes[index + 1] = sent
-            tokens[index + 1] -= sum(self._saved(view, p, r, counter) for p, r in reps)
-        return hashes, tokens
-
     def _record_sent(
         self,
         state: SessionState,
@@ -766,69 +757,3 @@ def _refs_in(text: str) -> list[str]:
     from ctxwarden.store.base import REF_PATTERN
 
     return REF_PATTERN.findall(text)
-
-
-def _apply(conversation: Conversation, applied: dict[Path, Replacement]) -> Conversation:
-    """A copy of ``conversation`` with each replacement written into its text part.
-
-    Replacements are grouped by message (their paths start with the message list key
-    and the message's index); a message rewritten the same way before is reused from
-    :data:`_APPLIED` (sessions resend the same messages and re-apply the same frozen
-    replacements every turn)."""
-    if not applied:
-        return conversation
-    by_index: dict[int, dict[Path, Replacement]] = defaultdict(dict)
-    for path, rep in applied.items():
-        if len(path) < 2 or not isinstance(path[1], int):
-            return replace(
-                conversation,
-                messages=tuple(_apply_to_message(m, applied) for m in conversation.messages),
-            )
-        by_index[path[1]][path] = rep
-    messages = list(conversation.messages)
-    for index, reps in by_index.items():
-        if 0 <= index < len(messages):
-            messages[index] = _applied_message(messages[index], reps)
-    return replace(conversation, messages=tuple(messages))
-
-
-_APPLIED: IdentityMemo[Message, frozenset[tuple[Path, str]], Message] = IdentityMemo(
-    MESSAGE_MEMO_LIMIT, weigh=Message.footprint
-)
-"""Rewritten copies of messages by the replacements written into them."""
-
-
-def _applied_message(message: Message, reps: dict[Path, Replacement]) -> Message:
-    key = frozenset((path, rep.text) for path, rep in reps.items())
-    known = _APPLIED.of(message)
-    out = known.get(key)
-    if out is None:
-        out = known[key] = _apply_to_message(message, reps)
-    return out
-
-
-def _apply_to_message(message: Message, applied: dict[Path, Replacement]) -> Message:
-    """``message`` with the replacements at its parts' paths written in."""
-    parts: list[Part] = []
-    changed = False
-    for part in message.parts:
-        if isinstance(part, ToolCallPart) and part.arguments_path in applied:
-            parts.append(part.with_arguments(applied[part.arguments_path].text))
-            changed = True
-        elif isinstance(part, TextPart) and part.path in applied:
-            parts.append(part.with_text(applied[part.path].text))
-            changed = True
-        elif isinstance(part, ToolResultPart) and any(
-            isinstance(c, TextPart) and c.path in applied for c in part.content
-        ):
-            content = tuple(
-                c.with_text(applied[c.path].text)
-                if isinstance(c, TextPart) and c.path in applied
-                else c
-                for c in part.content
-            )
-            parts.append(replace(part, content=content))
-            changed = True
-        else:
-            parts.append(part)
-    return replace(message, parts=tuple(parts)) if changed else message

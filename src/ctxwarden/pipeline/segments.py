@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import orjson
 
+from ctxwarden.errors import json_pointer
 from ctxwarden.memo import (
-    MESSAGE_MEMO_LIMIT,
     OBJECT_BYTES,
     SESSION_MEMO_BYTES,
     SESSION_MEMO_LIMIT,
     BoundedMemo,
-    IdentityMemo,
 )
 from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import Segment, SegmentKind
-from ctxwarden.pipeline.presets import PipelineConfig
+from ctxwarden.pipeline.presets import PipelineConfig, ToolPolicy
 from ctxwarden.signals import command_of, distinctive_set, paths_in
 from ctxwarden.tokens.counter import TokenCounter
 
@@ -41,12 +39,17 @@ class SegmentView:
     leave those out of its mentions, since they stay shown."""
     by_path: dict[Path, Segment] = field(default_factory=dict, compare=False)
     """Every segment by its path (filled from ``segments``)."""
+    by_pointer: dict[str, Segment] = field(default_factory=dict, compare=False)
+    """Every segment by its path as a JSON pointer, the session state's key (filled
+    from ``segments``)."""
     saved: dict[tuple[Path, str], int] = field(default_factory=dict, compare=False)
     """Tokens each candidate replacement saves, memoized for this request only."""
 
     def __post_init__(self) -> None:
         if not self.by_path:
             self.by_path.update((s.path, s) for s in self.segments)
+        if not self.by_pointer:
+            self.by_pointer.update((json_pointer(s.path), s) for s in self.segments)
 
     def segment(self, path: Path) -> Segment | None:
         return self.by_path.get(path)
@@ -73,6 +76,12 @@ class _Built:
     )
     commands: list[str] = field(default_factory=list)
     visible: set[str] = field(default_factory=set)
+    by_path: dict[Path, Segment] = field(default_factory=dict)
+    by_pointer: dict[str, Segment] = field(default_factory=dict)
+    """The segments by path and by JSON pointer (:class:`SegmentView`), kept with the
+    walk: a resent history's are not made again."""
+    turn_starts: list[int] = field(default_factory=list)
+    """Each message's turn (:func:`_turn_start`)."""
     weight: int = 0
     """Estimated bytes the walk keeps alive (see :func:`_walked_weight`)."""
 
@@ -134,17 +143,19 @@ def segment_view(
     for i in range(len(built.keys), len(messages)):
         before = (len(built.segments), len(built.commands), len(built.visible))
         _walk_message(built, i, messages[i].role, messages[i].parts, counter, config)
+        built.turn_starts.append(_turn_start(built.turn_starts, messages, i))
         built.keys.append(keys[i] if keys is not None else "")
         built.weight += _walked_weight(built, *before)
     segments = list(built.segments)
-    by_path = {s.path: s for s in segments}
+    by_path = dict(built.by_path)  # copies: the walk goes on for the next request
     view = SegmentView(
         segments=segments,
-        eligible=_eligible(conversation, by_path, config),
-        recent=_recent(segments, config, _turn_starts(messages)),
+        eligible=_eligible(conversation, segments, config),
+        recent=_recent(segments, config, built.turn_starts),
         relevant=_relevant(segments, built.commands, config),
         visible=frozenset(built.visible),
         by_path=by_path,
+        by_pointer=dict(built.by_pointer),
     )
     if cache is not None:  # only once this request is done reading it
         cache.put(session, built)
@@ -153,11 +164,12 @@ def segment_view(
 
 def _walked_weight(built: _Built, segments: int, commands: int, visible: int) -> int:
     """Estimated bytes one walked message added to ``built`` (it had ``segments``,
-    ``commands`` and ``visible`` entries before): its key, its segments (each text
-    counted, though it is shared with the message), its commands and the strings newly
-    made visible (by count, at a typical identifier's length)."""
-    added = 2 * OBJECT_BYTES  # the key and the call it may have registered
-    added += sum(3 * OBJECT_BYTES + len(s.text) for s in built.segments[segments:])
+    ``commands`` and ``visible`` entries before): its key and turn, its segments (each text
+    counted, though it is shared with the message, and its two index entries, the
+    pointer by a typical length), its commands and the strings newly made visible (by
+    count, at a typical identifier's length)."""
+    added = 3 * OBJECT_BYTES  # the key, its turn and the call it may have registered
+    added += sum(6 * OBJECT_BYTES + 24 + len(s.text) for s in built.segments[segments:])
     added += sum(OBJECT_BYTES + len(c) for c in built.commands[commands:])
     return added + (len(built.visible) - visible) * (OBJECT_BYTES + 24)
 
@@ -247,83 +259,48 @@ def _add_segment(
     is_error: bool = False,
 ) -> None:
     """Append the next segment of ``kind`` (its position: how many came before)."""
-    built.segments.append(
-        Segment(
-            path=path,
-            message_index=message_index,
-            position=built.positions[kind],
-            kind=kind,
-            text=text,
-            tokens=counter.count_text(text),
-            tool_name=tool_name,
-            command=command,
-            call_id=call_id,
-            is_error=is_error,
-        )
+    segment = Segment(
+        path=path,
+        message_index=message_index,
+        position=built.positions[kind],
+        kind=kind,
+        text=text,
+        tokens=counter.count_text(text),
+        tool_name=tool_name,
+        command=command,
+        call_id=call_id,
+        is_error=is_error,
     )
+    built.segments.append(segment)
+    built.by_path[path] = segment
+    built.by_pointer[json_pointer(path)] = segment
     built.positions[kind] += 1
 
 
 def _eligible(
-    conversation: Conversation, by_path: dict[Path, Segment], config: PipelineConfig
+    conversation: Conversation, segments: list[Segment], config: PipelineConfig
 ) -> frozenset[Path]:
     """Paths a pass may rewrite: outside protected messages, of an editable safety
     class, and not excluded by the tool's policy. Recomputed every request (protection
-    moves with the newest messages); without tool policies each message's paths come
-    from :data:`_EDITABLE` (a resent message is the same object every turn)."""
+    moves with the newest messages), from the segments: the walk lists every text of a
+    message that a pass could rewrite (tool outputs, tool-call arguments kept as text,
+    assistant and user texts) and nothing else, and ``classify`` gives each of them an
+    editable class exactly when its message is not protected."""
     protected = protected_message_indexes(conversation)
-    eligible: set[Path] = set()
-    for i, message in enumerate(conversation.messages):
-        if i in protected:
-            continue
-        if config.tools:
-            eligible.update(_editable_paths(message, by_path, config))
-            continue
-        known = _EDITABLE.of(message)
-        paths = known.get(None)
-        if paths is None:
-            paths = known[None] = tuple(_editable_paths(message, by_path, config))
-        eligible.update(paths)
-    return frozenset(eligible)
+    tools = config.tools
+    return frozenset(
+        s.path
+        for s in segments
+        if s.message_index not in protected
+        and not (tools and s.kind == "tool_output" and _excluded(s, tools.get(s.tool_name)))
+    )
 
 
-_EDITABLE: IdentityMemo[Message, None, tuple[Path, ...]] = IdentityMemo(
-    MESSAGE_MEMO_LIMIT, weigh=Message.footprint
-)
-"""The editable paths of an unprotected message when no tool has a policy (they then
-depend on the message alone: its parts and their safety classes)."""
-
-
-def _editable_paths(
-    message: Message, by_path: dict[Path, Segment], config: PipelineConfig
-) -> Iterator[Path]:
-    """The paths of ``message`` (not protected) that a pass may rewrite."""
-    for part in message.parts:
-        if isinstance(part, ToolCallPart):
-            if part.arguments_path is not None:
-                yield part.arguments_path
-        elif isinstance(part, ToolResultPart):
-            for sub in part.content:
-                if not isinstance(sub, TextPart) or not sub.safety.editable:
-                    continue
-                seg = by_path.get(sub.path)
-                policy = config.tools.get(seg.tool_name) if seg else None
-                excluded = policy is not None and (
-                    policy.exclude
-                    or (
-                        policy.min_tokens is not None
-                        and seg is not None
-                        and seg.tokens < policy.min_tokens
-                    )
-                )
-                if not excluded:
-                    yield sub.path
-        elif (
-            isinstance(part, TextPart)
-            and message.role in ("assistant", "user")
-            and part.safety.editable
-        ):
-            yield part.path
+def _excluded(segment: Segment, policy: ToolPolicy | None) -> bool:
+    """Whether its tool's ``policy`` keeps the tool output ``segment`` as it is."""
+    return policy is not None and (
+        policy.exclude or (policy.min_tokens is not None and segment.tokens < policy.min_tokens)
+    )
 
 
 def _command(call: ToolCallPart) -> str:
@@ -336,7 +313,7 @@ def _recent(segments: list[Segment], config: PipelineConfig, turn_of: list[int])
     result, all of whose texts stay together: a shell output's stdout and stderr, a
     result's text blocks), and the texts and calls of the newest turns (a turn's
     several text blocks, or parallel calls, together, even when each is an item of its
-    own: ``turn_of`` maps a message to its turn, :func:`_turn_starts`)."""
+    own: ``turn_of`` maps a message to its turn, :func:`_turn_start`)."""
     recent: set[Path] = set()
     outputs = [s for s in segments if s.kind == "tool_output"]  # a result's are adjacent
     keep = config.keep_newest_outputs
@@ -361,15 +338,13 @@ def _recent(segments: list[Segment], config: PipelineConfig, turn_of: list[int])
     return frozenset(recent)
 
 
-def _turn_starts(messages: tuple[Message, ...]) -> list[int]:
-    """For each message, the index of the first message of its turn: a run of
-    consecutive assistant items is one turn (a Responses turn's reasoning, text and
-    parallel calls are items of their own); any other message is a turn alone."""
-    starts: list[int] = []
-    for i, message in enumerate(messages):
-        continues = i > 0 and message.role == "assistant" == messages[i - 1].role
-        starts.append(starts[-1] if continues else i)
-    return starts
+def _turn_start(starts: list[int], messages: tuple[Message, ...], i: int) -> int:
+    """The index of the first message of message ``i``'s turn (``starts`` holds those
+    of the messages before it): a run of consecutive assistant items is one turn (a
+    Responses turn's reasoning, text and parallel calls are items of their own); any
+    other message is a turn alone."""
+    continues = i > 0 and messages[i].role == "assistant" == messages[i - 1].role
+    return starts[-1] if continues else i
 
 
 def _newest_turns(segments: list[Segment], kind: str, turns: int, turn_of: list[int]) -> set[Path]:
