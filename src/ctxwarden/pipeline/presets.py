@@ -151,25 +151,27 @@ class PipelineConfig(_Strict):
     recency_tokens: int = Field(
         0,
         ge=0,
-        description="Tool output tokens kept in full beyond the newest outputs. Every token "
-        "here is re-sent uncached at each step, so the default keeps none and relies on the "
+        description="The newest tool outputs are kept in full while their tokens, counted "
+        "from the newest one on, stay within this many (keep_newest_outputs are kept "
+        "whatever their size, and count). Every token here is re-sent uncached at each "
+        "step, so the default keeps none beyond keep_newest_outputs and relies on the "
         "mentions a placeholder lists (and recall) instead.",
     )
-    keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs always kept.")
+    keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs kept in full.")
     keep_newest_percent: float = Field(
         0, ge=0, le=100, description="This share of all tool outputs, newest first, kept."
     )
     keep_newest_texts: int = Field(
         1,
         ge=0,
-        description="Assistant texts of this many newest turns always kept (every text block "
+        description="Assistant texts of this many newest turns kept in full (every text block "
         "of a turn). Older ones are condensed as soon as they leave this window, next to the "
         "cached prefix's end, where a rewrite is cheap.",
     )
     keep_newest_calls: int = Field(
         1,
         ge=0,
-        description="Tool-call arguments of this many newest assistant turns always kept "
+        description="Tool-call arguments of this many newest assistant turns kept in full "
         "(every parallel call of a turn).",
     )
     relevance_turns: int = Field(
