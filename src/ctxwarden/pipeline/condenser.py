@@ -176,7 +176,10 @@ class Condenser:
             budget.soft_trigger
         ):
             relaxed = replace(view, recent=frozenset(), relevant=frozenset())
-            new.update(self._propose(relaxed, {**frozen, **new}, counter, band, None, frozen_total))
+            left = (
+                None if target is None else target - self._total_saving(view, new, counter, frozen)
+            )
+            new.update(self._propose(relaxed, {**frozen, **new}, counter, band, left, frozen_total))
         if forced and not forced_step_pays(
             budget,
             self.pipeline.planner,
@@ -463,8 +466,10 @@ class Condenser:
     ) -> dict[Path, Replacement]:
         """New replacements from the passes in order; a pass runs only when its
         conditions hold (``min_band``, ``min_request_tokens``), and the passes stop once
-        ``target`` tokens are saved. A proposal for a segment already replaced (a lossy
-        pass over a normalization) is taken only when it saves more."""
+        ``target`` tokens are saved: each pass is told what is left to save, and its
+        proposals are taken oldest first only until the target is met (a pass that
+        does not read it proposes everything it can). A proposal for a segment already
+        replaced (a lossy pass over a normalization) is taken only when it saves more."""
         ctx = PassContext(
             segments=view.segments,
             eligible=view.eligible,
@@ -486,13 +491,15 @@ class Condenser:
                 continue
             if request_tokens < settings.min_request_tokens:
                 continue
-            for path, rep in pass_(ctx, decided).items():
+            if target is not None:  # what is left of it, not what earlier passes met
+                ctx.tokens_to_save = target - saved
+            for path, rep in _oldest_first(view, pass_(ctx, decided), target is not None):
                 gain = self._net_saved(view, path, rep, counter, decided)
                 if gain > 0:
                     decided[path] = new[path] = rep
                     saved += gain
-            if target is not None and saved >= target:
-                break
+                    if target is not None and saved >= target:
+                        return new
         return new
 
     def _choose_step(
@@ -699,6 +706,22 @@ def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: 
     key, ref = witness
     segment = by_key.get(key)
     return segment is not None and _reads_as(segment, ref, common)
+
+
+def _oldest_first(
+    view: SegmentView, proposals: dict[Path, Replacement], ordered: bool
+) -> list[tuple[Path, Replacement]]:
+    """``proposals`` by their segment's message, oldest first (stable, so in the pass's
+    order within a message) when ``ordered``; else as proposed."""
+    items = list(proposals.items())
+    if not ordered:
+        return items
+
+    def message_index(item: tuple[Path, Replacement]) -> int:
+        segment = view.segment(item[0])
+        return segment.message_index if segment is not None else len(view.segments)
+
+    return sorted(items, key=message_index)
 
 
 def forced_step_pays(budget: Budget, planner: PlannerConfig, total: int, saving: int) -> bool:
