@@ -206,7 +206,7 @@ class PipelineConfig(_Strict):
 
 PRESETS: dict[str, PipelineConfig] = {
     "conservative": PipelineConfig(
-        order=("dedupe", "supersede", "normalize", "mask", "truncate"),
+        order=("dedupe", "supersede", "normalize", "suppress", "mask", "truncate"),
         recency_tokens=8000,
         relevance_turns=4,
         keep_newest_texts=4,
@@ -246,9 +246,32 @@ def resolve_pipeline(preset: str, overrides: dict[str, Any]) -> PipelineConfig:
     if not overrides:
         return base
     try:
-        return PipelineConfig.model_validate(_merge(base.model_dump(), overrides))
+        resolved = PipelineConfig.model_validate(_merge(base.model_dump(), overrides))
     except ValidationError as exc:
         raise config_error(exc, "pipeline") from exc
+    _check_ordered(overrides, resolved)
+    return resolved
+
+
+def _check_ordered(overrides: dict[str, Any], resolved: PipelineConfig) -> None:
+    """A pass the overrides turn on (``<pass>.enabled = true``, a tool's ``suppress``)
+    must be in the resulting ``order``; otherwise the setting would be accepted and do
+    nothing (conservative's order leaves out suppress, summarize and trim_args)."""
+    for name in PASS_NAMES:
+        settings = overrides.get(name)
+        enabled = isinstance(settings, dict) and settings.get("enabled") is True
+        if enabled and name not in resolved.order:
+            raise ConfigError(
+                f"the {name} pass is enabled but not in pipeline.order",
+                f"pipeline.{name}.enabled",
+            )
+    tools = overrides.get("tools")
+    if isinstance(tools, dict) and "suppress" not in resolved.order:
+        for tool, policy in tools.items():
+            if isinstance(policy, dict) and policy.get("suppress") is True:
+                raise ConfigError(
+                    "the suppress pass is not in pipeline.order", f"pipeline.tools.{tool}.suppress"
+                )
 
 
 def build_passes(config: PipelineConfig) -> list[Pass]:
