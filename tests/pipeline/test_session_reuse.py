@@ -119,7 +119,9 @@ def _check_eligible(api: str, wire: dict[str, Any], policy: bool) -> None:
             continue
         for part in message.parts:
             if isinstance(part, ToolCallPart) and part.arguments_path is not None:
-                expected.add(part.arguments_path)
+                rule = config.tools.get(part.name)
+                if rule is None or not rule.exclude:  # an excluded tool's calls stay
+                    expected.add(part.arguments_path)
             elif isinstance(part, ToolResultPart):
                 for sub in part.content:
                     if not isinstance(sub, TextPart) or not sub.safety.editable:

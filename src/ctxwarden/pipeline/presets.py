@@ -132,8 +132,9 @@ class PlannerConfig(_Strict):
 
 
 class ToolPolicy(_Strict):
-    """A per-tool override: keep the tool's outputs (``exclude``), reduce old ones to a
-    stub (``suppress``), or change the size threshold."""
+    """A per-tool override: keep the tool's outputs and call arguments as they are
+    (``exclude``), reduce old outputs to a stub (``suppress``), or keep its outputs
+    smaller than ``min_tokens`` (it raises the passes' own thresholds, never lowers them)."""
 
     exclude: StrictBool = False
     suppress: StrictBool = False

@@ -178,13 +178,16 @@ def never_condensed(segment: Segment, config: PipelineConfig) -> bool:
     """Whether no pass of ``config`` may ever rewrite ``segment`` (an agent's text or
     call), judged by its kind and size alone: what it shows stays shown on every later
     turn. User texts are never condensed; the agent's prose is while ``summarize`` runs
-    and it is large enough; call arguments while ``trim_args`` runs and they hold a
-    value long enough to trim."""
+    and it is large enough; call arguments while ``trim_args`` runs, they hold a value
+    long enough to trim and their tool is not excluded."""
     if segment.kind == "assistant_text":
         summarize = config.summarize
         on = summarize.enabled and "summarize" in config.order
         return not on or segment.tokens < summarize.min_tokens
     if segment.kind == "tool_args":
+        policy = config.tools.get(segment.tool_name or "")
+        if policy is not None and policy.exclude:
+            return True
         trim = config.trim_args
         on = trim.enabled and "trim_args" in config.order
         return (
@@ -291,16 +294,19 @@ def _eligible(
     return frozenset(
         s.path
         for s in segments
-        if s.message_index not in protected
-        and not (tools and s.kind == "tool_output" and _excluded(s, tools.get(s.tool_name)))
+        if s.message_index not in protected and not (tools and _excluded(s, tools.get(s.tool_name)))
     )
 
 
 def _excluded(segment: Segment, policy: ToolPolicy | None) -> bool:
-    """Whether its tool's ``policy`` keeps the tool output ``segment`` as it is."""
-    return policy is not None and (
-        policy.exclude or (policy.min_tokens is not None and segment.tokens < policy.min_tokens)
-    )
+    """Whether its tool's ``policy`` keeps ``segment`` as it is: an excluded tool's
+    outputs and call arguments, a small output under the tool's ``min_tokens``."""
+    if policy is None or segment.kind not in ("tool_output", "tool_args"):
+        return False
+    if policy.exclude:
+        return True
+    small = policy.min_tokens is not None and segment.tokens < policy.min_tokens
+    return segment.kind == "tool_output" and small
 
 
 def _command(call: ToolCallPart) -> str:
