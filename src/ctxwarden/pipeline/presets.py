@@ -255,10 +255,11 @@ def resolve_pipeline(preset: str, overrides: dict[str, Any]) -> PipelineConfig:
 
 
 def _check_ordered(overrides: dict[str, Any], resolved: PipelineConfig) -> None:
-    """A pass the overrides turn on (``<pass>.enabled = true``, a tool's ``suppress``)
-    must be in the resulting ``order``; otherwise the setting would be accepted and do
-    nothing (conservative's order leaves out suppress, summarize and trim_args)."""
-    for name in PASS_NAMES:
+    """A pass the overrides turn on (``<pass>.enabled = true`` over a preset's order,
+    a tool's ``suppress``) must be in the resulting ``order``; otherwise the setting
+    would be accepted and do nothing (conservative's order leaves out summarize and
+    trim_args). An ``order`` given with it is taken as meant (one pass run alone)."""
+    for name in () if "order" in overrides else PASS_NAMES:
         settings = overrides.get(name)
         enabled = isinstance(settings, dict) and settings.get("enabled") is True
         if enabled and name not in resolved.order:
