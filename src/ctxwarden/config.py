@@ -43,7 +43,9 @@ class BudgetConfig(_Strict):
     context_window: int | None = Field(None, gt=0, description="Explicit context window.")
     output_reserve: int | None = Field(None, ge=0, description="Tokens kept for the answer.")
     style: Literal["openai", "anthropic"] | None = Field(
-        None, description="Cache price style; default: the model's registry entry."
+        None,
+        description="Cache price style steps are judged by (it replaces the planner's "
+        "price_style); default: the planner's price_style (conservative: both).",
     )
 
     @model_validator(mode="after")

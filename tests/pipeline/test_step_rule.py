@@ -198,3 +198,21 @@ def test_a_huge_newest_output_forces_no_step_that_saves_next_to_nothing() -> Non
     assert not report["forced_step"]
     assert not report["rewritten"]
     assert not report["compaction_step"]
+
+
+def test_a_budget_style_prices_the_steps() -> None:
+    """``[budget] style`` was accepted and ignored unless the planner's price_style was
+    "model": the ledger priced both providers whatever the style said."""
+    path = bundled_sessions()[0]
+    ledgers = {}
+    for style in (None, "openai", "anthropic"):
+        budget = {} if style is None else {"style": style}
+        engine = Engine(EngineConfig(budget=budget, store=StoreConfig(backend="memory")))
+        for wire, _ in session_requests(load_session(path)):
+            engine.condense(wire, session="s")
+        state = SessionState.decode(engine.store.get_state("local", "s"))
+        ledgers[style] = state.cum_exact
+    assert set(ledgers[None]) == {"openai", "anthropic"}
+    assert set(ledgers["openai"]) == set(ledgers["anthropic"]) == {"model"}
+    # each style's own prices: Anthropic's cache writes cost more
+    assert ledgers["anthropic"]["model"] > ledgers["openai"]["model"]

@@ -103,6 +103,11 @@ class Condenser:
     def __init__(self, config: EngineConfig, store: Store) -> None:
         self.pipeline: PipelineConfig = resolve_pipeline(config.preset, config.pipeline)
         self.passes = build_passes(self.pipeline)
+        self._price_style = (
+            "model" if config.budget.style is not None else self.pipeline.planner.price_style
+        )
+        """What steps are priced by: ``[budget] style`` names one provider's cache
+        prices (through the model's pricing), else the planner's ``price_style``."""
         self._restating = frozenset(p.name for p in self.passes if isinstance(p, NormalizePass))
         """The transforms a lossy pass may replace (``PassContext.restating``)."""
         self.store = store
@@ -535,7 +540,7 @@ class Condenser:
             max(planner.min_expected_turns, planner.lindy_factor * state.turns),
         )
         exact_prefix = common_prefix(state.exact_hashes, exact_hashes)
-        styles = price_styles(planner.price_style, pricing)
+        styles = price_styles(self._price_style, pricing)
         exact_cached = _prefix_tokens(exact_tokens, exact_prefix)
         exact_costs = {
             style.name: request_cost(sum(exact_tokens), exact_cached, style) for style in styles
@@ -660,7 +665,7 @@ class Condenser:
     ) -> None:
         exact_prefix = common_prefix(state.exact_hashes, exact_hashes)
         sent_prefix = common_prefix(state.sent_hashes, sent_hashes)
-        for style in price_styles(self.pipeline.planner.price_style, pricing):
+        for style in price_styles(self._price_style, pricing):
             exact_cached = _prefix_tokens(exact_tokens, exact_prefix)
             sent_cached = _prefix_tokens(sent_tokens, sent_prefix)
             exact = request_cost(sum(exact_tokens), exact_cached, style)
