@@ -32,3 +32,21 @@ def test_conservative_suppresses_a_tool_it_is_told_to() -> None:
     assert "suppress" in [p.name for p in build_passes(config)]
     # and turning on a pass that is in the order is fine
     resolve_pipeline("conservative", {"mask": {"enabled": True}})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"recency_tokens": True}, "pipeline.recency_tokens"),
+        ({"mask": {"min_tokens": "60"}}, "pipeline.mask.min_tokens"),
+        ({"mask": {"min_tokens": 1e3}}, "pipeline.mask.min_tokens"),
+        ({"tools": {"grep": {"min_tokens": 2.5}}}, "pipeline.tools.grep.min_tokens"),
+    ],
+)
+def test_a_count_is_a_whole_number_not_a_bool_string_or_float(
+    overrides: dict[str, Any], key: str
+) -> None:
+    """Counts were coerced (``true`` became 1, "60" and 1e3 were taken)."""
+    with pytest.raises(ConfigError) as caught:
+        resolve_pipeline("balanced", overrides)
+    assert caught.value.key == key

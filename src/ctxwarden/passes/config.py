@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from ctxwarden.tokens.budget import Band
 
@@ -24,11 +24,13 @@ class PassConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     enabled: StrictBool = True
-    min_tokens: int = Field(40, ge=0, description="Segments smaller than this are left alone.")
+    min_tokens: StrictInt = Field(
+        40, ge=0, description="Segments smaller than this are left alone."
+    )
     min_band: Band | None = Field(
         None, description="Run only when the request's pressure band is at least this."
     )
-    min_request_tokens: int = Field(
+    min_request_tokens: StrictInt = Field(
         0,
         ge=0,
         description="Run only when the request holds at least this many tokens (as sent "
@@ -39,13 +41,15 @@ class PassConfig(BaseModel):
 class DedupeConfig(PassConfig):
     """Exact duplicates become a reference to the first copy (lossless)."""
 
-    min_tokens: int = Field(24, ge=0)
+    min_tokens: StrictInt = Field(24, ge=0)
 
 
 class SupersedeConfig(PassConfig):
     """Outputs made stale by a newer run of the same action (lossless via reference)."""
 
-    keep_newest: int = Field(1, ge=1, le=20, description="Attempts of one action kept in full.")
+    keep_newest: StrictInt = Field(
+        1, ge=1, le=20, description="Attempts of one action kept in full."
+    )
     file_reads: StrictBool = Field(
         True, description="A later full read of a file supersedes earlier."
     )
@@ -54,28 +58,30 @@ class SupersedeConfig(PassConfig):
 class NormalizeConfig(PassConfig):
     """ANSI escapes, progress bars, repeated lines, trailing whitespace, pretty JSON."""
 
-    min_saving_tokens: int = Field(32, ge=0)
-    repeat_run: int = Field(4, ge=2, description="Identical consecutive lines collapsed from.")
+    min_saving_tokens: StrictInt = Field(32, ge=0)
+    repeat_run: StrictInt = Field(
+        4, ge=2, description="Identical consecutive lines collapsed from."
+    )
     minify_json: StrictBool = True
 
 
 class MaskConfig(PassConfig):
     """Old outputs outside the recency budget become placeholders (original in store)."""
 
-    min_tokens: int = Field(60, ge=0)
-    head_lines: int = Field(1, ge=0, le=200)
-    tail_lines: int = Field(1, ge=0, le=200)
-    head_tail_min_tokens: int = Field(
+    min_tokens: StrictInt = Field(60, ge=0)
+    head_lines: StrictInt = Field(1, ge=0, le=200)
+    tail_lines: StrictInt = Field(1, ge=0, le=200)
+    head_tail_min_tokens: StrictInt = Field(
         1000,
         ge=0,
         description="Outputs smaller than this show no head or tail line: their mentions and "
         "error lines say more per token (on the corpus, a head and tail line on every "
         "placeholder cost 4 points of median reduction and lowered next-action support).",
     )
-    line_chars: int = Field(
+    line_chars: StrictInt = Field(
         240, ge=20, le=10_000, description="Head and tail lines are clipped to this length."
     )
-    max_keywords: int = Field(
+    max_keywords: StrictInt = Field(
         100,
         ge=0,
         le=2000,
@@ -110,30 +116,30 @@ class MaskConfig(PassConfig):
 class SuppressConfig(PassConfig):
     """Old outputs of tools whose policy says ``suppress = true`` become a stub."""
 
-    min_tokens: int = Field(0, ge=0)
+    min_tokens: StrictInt = Field(0, ge=0)
 
 
 class TrimArgsConfig(PassConfig):
     """Long string values in old tool-call arguments keep head and tail lines."""
 
-    min_tokens: int = Field(60, ge=0)
-    max_value_chars: int = Field(160, ge=40, description="String values longer are trimmed.")
-    head_lines: int = Field(1, ge=0, le=100)
-    tail_lines: int = Field(0, ge=0, le=100)
+    min_tokens: StrictInt = Field(60, ge=0)
+    max_value_chars: StrictInt = Field(160, ge=40, description="String values longer are trimmed.")
+    head_lines: StrictInt = Field(1, ge=0, le=100)
+    tail_lines: StrictInt = Field(0, ge=0, le=100)
 
 
 class TruncateConfig(PassConfig):
     """Guardrail: any output over a size limit keeps head, tail and error lines."""
 
-    max_bytes: int = Field(50_000, gt=0)
-    max_lines: int = Field(2_000, gt=0)
-    head_lines: int = Field(60, ge=0)
-    tail_lines: int = Field(40, ge=0)
+    max_bytes: StrictInt = Field(50_000, gt=0)
+    max_lines: StrictInt = Field(2_000, gt=0)
+    head_lines: StrictInt = Field(60, ge=0)
+    tail_lines: StrictInt = Field(40, ge=0)
 
 
 class SummarizeConfig(PassConfig):
     """Deterministic extractive condensation of old assistant message text."""
 
     enabled: StrictBool = False
-    min_tokens: int = Field(300, ge=0)
-    keep_sentences: int = Field(2, ge=1, le=20)
+    min_tokens: StrictInt = Field(300, ge=0)
+    keep_sentences: StrictInt = Field(2, ge=1, le=20)

@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -73,7 +74,7 @@ class _Strict(BaseModel):
 class PlannerConfig(_Strict):
     """When a compaction step is worth its prompt-cache rewrite."""
 
-    floor_tokens: int = Field(128, ge=0, description="No step saves fewer tokens than this.")
+    floor_tokens: StrictInt = Field(128, ge=0, description="No step saves fewer tokens than this.")
     floor_ratio: float = Field(0.01, ge=0, le=1, description="...nor this share of the request.")
     price_style: Literal["model", "openai", "anthropic", "conservative"] = Field(
         "conservative",
@@ -138,7 +139,7 @@ class ToolPolicy(_Strict):
 
     exclude: StrictBool = False
     suppress: StrictBool = False
-    min_tokens: int | None = Field(None, ge=0)
+    min_tokens: StrictInt | None = Field(None, ge=0)
 
 
 class PipelineConfig(_Strict):
@@ -149,7 +150,7 @@ class PipelineConfig(_Strict):
         description='The passes in the order they run (each at most once; mode = "exact" '
         "runs none).",
     )
-    recency_tokens: int = Field(
+    recency_tokens: StrictInt = Field(
         0,
         ge=0,
         description="The newest tool outputs are kept in full while their tokens, counted "
@@ -158,24 +159,24 @@ class PipelineConfig(_Strict):
         "step, so the default keeps none beyond keep_newest_outputs and relies on the "
         "mentions a placeholder lists (and recall) instead.",
     )
-    keep_newest_outputs: int = Field(1, ge=0, description="Newest tool outputs kept in full.")
+    keep_newest_outputs: StrictInt = Field(1, ge=0, description="Newest tool outputs kept in full.")
     keep_newest_percent: float = Field(
         0, ge=0, le=100, description="This share of all tool outputs, newest first, kept."
     )
-    keep_newest_texts: int = Field(
+    keep_newest_texts: StrictInt = Field(
         1,
         ge=0,
         description="Assistant texts of this many newest turns kept in full (every text block "
         "of a turn). Older ones are condensed as soon as they leave this window, next to the "
         "cached prefix's end, where a rewrite is cheap.",
     )
-    keep_newest_calls: int = Field(
+    keep_newest_calls: StrictInt = Field(
         1,
         ge=0,
         description="Tool-call arguments of this many newest assistant turns kept in full "
         "(every parallel call of a turn).",
     )
-    relevance_turns: int = Field(
+    relevance_turns: StrictInt = Field(
         0,
         ge=0,
         description="Outputs about files the last N actions touch stay in full (they are "
