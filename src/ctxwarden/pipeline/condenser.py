@@ -176,22 +176,19 @@ class Condenser:
         if failed:  # a segment whose artifact failed stays as it was for this request
             view = replace(view, eligible=view.eligible - failed)
         new = self._propose(view, frozen, counter, band, target, frozen_total)
-        unrelaxed = dict(new)
-        if forced and frozen_total - self._total_saving(view, new, counter, frozen) >= (
-            budget.soft_trigger
-        ):
-            relaxed = replace(view, recent=frozenset(), relevant=frozenset())
-            left = (
-                None if target is None else target - self._total_saving(view, new, counter, frozen)
-            )
-            new.update(self._propose(relaxed, {**frozen, **new}, counter, band, left, frozen_total))
-        if forced and not forced_step_pays(
-            budget,
-            self.pipeline.planner,
-            frozen_total,
-            self._total_saving(view, new, counter, frozen),
-        ):  # judged like any other step, on what the passes propose outside the band
-            forced, new = False, unrelaxed
+        if target is not None:  # the band forces a step
+            unrelaxed = dict(new)
+            saving = self._total_saving(view, new, counter, frozen)
+            if frozen_total - saving >= budget.soft_trigger:
+                relaxed = replace(view, recent=frozenset(), relevant=frozenset())
+                left = target - saving
+                new.update(
+                    self._propose(relaxed, {**frozen, **new}, counter, band, left, frozen_total)
+                )
+                saving = self._total_saving(view, new, counter, frozen)
+            if not forced_step_pays(budget, self.pipeline.planner, frozen_total, saving):
+                # judged like any other step, on what the passes propose outside the band
+                forced, new = False, unrelaxed
 
         # what the request is with the frozen replacements alone: the planner's baseline,
         # and what is sent when no step is taken (the usual turn)

@@ -185,8 +185,7 @@ def never_condensed(segment: Segment, config: PipelineConfig) -> bool:
         on = summarize.enabled and "summarize" in config.order
         return not on or segment.tokens < summarize.min_tokens
     if segment.kind == "tool_args":
-        policy = config.tools.get(segment.tool_name or "")
-        if policy is not None and policy.exclude:
+        if _excluded(segment, config.tools.get(segment.tool_name)):
             return True
         trim = config.trim_args
         on = trim.enabled and "trim_args" in config.order
