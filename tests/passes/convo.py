@@ -25,6 +25,7 @@ __all__ = [
     "FORCE",
     "MODEL",
     "call",
+    "call_with",
     "context",
     "dumps",
     "lines_of",
@@ -70,6 +71,13 @@ def lines_of(tag: str, n: int, *, extra: tuple[str, ...] = ()) -> str:
 
 def call(call_id: str, command: str, name: str = "bash", text: str | None = None) -> dict[str, Any]:
     """An assistant message with one tool call running ``command``."""
+    return call_with(call_id, name, {"command": command}, text)
+
+
+def call_with(
+    call_id: str, name: str, arguments: dict[str, Any], text: str | None = None
+) -> dict[str, Any]:
+    """An assistant message with one call of tool ``name`` with ``arguments``."""
     return {
         "role": "assistant",
         "content": text,
@@ -77,7 +85,7 @@ def call(call_id: str, command: str, name: str = "bash", text: str | None = None
             {
                 "id": call_id,
                 "type": "function",
-                "function": {"name": name, "arguments": json.dumps({"command": command})},
+                "function": {"name": name, "arguments": json.dumps(arguments)},
             }
         ],
     }

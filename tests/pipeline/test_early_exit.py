@@ -7,46 +7,17 @@ first only until the target is met, and a pass is told what earlier passes left.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from ctxwarden import Engine, EngineConfig
-from tests.passes.convo import FORCE, MODEL, lines_of, result
+from tests.passes.convo import FORCE, MODEL, call, call_with, lines_of, result
 
 
 def _write(call_id: str, i: int) -> dict[str, Any]:
     content = "\n".join(f"line {j}: value_{i}_{j} = compute({j})" for j in range(60))
-    arguments = json.dumps({"path": f"f{i}.py", "content": content})
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": "write", "arguments": arguments},
-            }
-        ],
-    }
-
-
-def _read(call_id: str, i: int) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {
-                    "name": "bash",
-                    "arguments": json.dumps({"command": f"cat f{i % 5}.py"}),
-                },
-            }
-        ],
-    }
+    return call_with(call_id, "write", {"path": f"f{i}.py", "content": content})
 
 
 def _request(kind: str) -> dict[str, Any]:
@@ -55,7 +26,10 @@ def _request(kind: str) -> dict[str, Any]:
         if kind == "trim_args":
             turns += [_write(f"c{i}", i), result(f"c{i}", "ok")]
         else:  # outputs repeated every fifth turn: dedupe finds some, mask the rest
-            turns += [_read(f"c{i}", i), result(f"c{i}", lines_of(f"o{i % 5 if i % 2 else i}", 60))]
+            turns += [
+                call(f"c{i}", f"cat f{i % 5}.py"),
+                result(f"c{i}", lines_of(f"o{i % 5 if i % 2 else i}", 60)),
+            ]
     messages = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "Fix the failing build."},

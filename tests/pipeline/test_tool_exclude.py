@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from tests.passes.convo import FORCE, MODEL, make_engine, result
+from tests.passes.convo import FORCE, MODEL, call_with, make_engine, result
 
 
 def _write(call_id: str, name: str, i: int) -> dict[str, Any]:
     content = "\n".join(f"line {j}: secret_value_{i}_{j} = compute({j})" for j in range(60))
-    arguments = json.dumps({"path": f"s{i}.py", "content": content})
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-        ],
-    }
+    return call_with(call_id, name, {"path": f"s{i}.py", "content": content})
 
 
 def test_an_excluded_tools_call_arguments_stay_exact() -> None:
