@@ -371,7 +371,7 @@ class Engine:
             if self.config.include_contents_in_report:  # asked for: the texts sent instead
                 report["contents"] = [
                     {"path": json_pointer(path), "text": text}
-                    for path, text in outcome.conversation.edits()
+                    for path, text, _ in outcome.conversation.edits()
                 ]
             result_request = rendered
         else:

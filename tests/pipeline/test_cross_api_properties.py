@@ -568,10 +568,22 @@ def visible_text(request: Any) -> str:
 
 
 def _is_arguments(api: str, request: dict[str, Any], path: tuple[Any, ...]) -> bool:
-    if api != RESPONSES or len(path) < 3:
+    """Whether ``path`` is a call's arguments text, or a string inside an Anthropic
+    ``tool_use`` block's ``input`` object."""
+    if len(path) < 3:
         return False
+    if api == ANTHROPIC:
+        return len(path) >= 5 and path[4] == "input"
     kind = request["input"][path[1]].get("type")
     return kind in ("function_call", "custom_tool_call", "apply_patch_call")
+
+
+def _recalls(api: str, recalled: set[str], old: str) -> bool:
+    """Whether a recalled original holds ``old``: is it, or (the arguments of an
+    Anthropic call, one string of which is ``old``) holds it as a string value."""
+    if old in recalled:
+        return True
+    return api == ANTHROPIC and any(old in _strings(orjson.loads(r)) for r in recalled)
 
 
 def check_recall_and_errors(
@@ -587,7 +599,8 @@ def check_recall_and_errors(
         assert new.strip(), f"{path}: rewritten to nothing"
         refs = refs_in(new)
         assert refs, f"{path}: rewritten without a reference"
-        assert old in {engine.recall(r) for r in refs}, f"{path}: no reference recalls it"
+        recalled = {engine.recall(r) for r in refs}
+        assert _recalls(api, recalled, old), f"{path}: no reference recalls it"
         if _is_arguments(api, request, path):
             lost = [e for e in argument_error_lines(old) if e not in visible]
         else:
@@ -608,7 +621,8 @@ _CALL_PAYLOAD = {
 def payload_path(api: str, request: dict[str, Any], path: tuple[Any, ...]) -> bool:
     """Whether ``path`` is a text the safety model lets a pass rewrite: message text,
     tool-output text, a call's argument text. Never a reasoning summary, thinking,
-    signature, encrypted content, media, cache marker, id or item reference."""
+    signature, encrypted content, media, cache marker, id or item reference (an
+    Anthropic call's ``input`` is an object: the strings inside it are its text)."""
     item = request[MESSAGE_KEYS[api]][path[1]]
     rest = path[2:]
     if api == ANTHROPIC:
@@ -617,6 +631,8 @@ def payload_path(api: str, request: dict[str, Any], path: tuple[Any, ...]) -> bo
         block = item["content"][rest[1]]
         if rest[2:] == ("text",):
             return bool(block["type"] == "text")
+        if block["type"] == "tool_use":  # a string value inside an old call's input
+            return rest[2] == "input" and len(rest) > 3
         if block["type"] != "tool_result" or rest[2] != "content":
             return False
         return len(rest) == 3 or (
@@ -964,8 +980,12 @@ def test_a_fixed_history_is_condensed_and_keeps_every_property(api: str, preset:
     else:
         assert ("messages", 2, "content", 0, "content") in paths
         assert ("messages", "content", "content", "text") in keys
+        # the oldest call's written file (an input object's string), kept as an object
+        assert ("messages", 1, "content", 6, "input", "content") in paths
         assert all(
             dumps(a) == dumps(b)
+            if a["type"] != "tool_use"
+            else dumps({**a, "input": None}) == dumps({**b, "input": None})
             for m, n in zip(history["messages"], result.request["messages"], strict=True)
             if isinstance(m["content"], list)
             for a, b in zip(m["content"], n["content"], strict=True)

@@ -102,3 +102,59 @@ def test_edited_system_content_outside_the_messages_is_refused() -> None:
     )
     with pytest.raises(ValidationFailed):
         _check(original, replace(original, system=system))
+
+
+def _messages_with_a_written_file() -> Conversation:
+    use = {"type": "tool_use", "id": "t1", "name": "write",
+           "input": {"path": "a.py", "content": "x = 1\n" * 80, "mode": 420}}  # fmt: skip
+    wire = {
+        "model": "claude-sonnet-4",
+        "max_tokens": 100,
+        "messages": [
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "newest"},
+        ],
+    }
+    return classify(get_adapter("anthropic.messages").parse(wire))
+
+
+def _edit_arguments(conversation: Conversation, index: int, arguments: str) -> Conversation:
+    message = conversation.messages[index]
+    parts = tuple(
+        p.with_arguments(arguments) if isinstance(p, ToolCallPart) else p for p in message.parts
+    )
+    messages = list(conversation.messages)
+    messages[index] = replace(message, parts=parts)
+    return replace(conversation, messages=tuple(messages))
+
+
+def test_a_messages_call_input_is_edited_as_the_object_it_is() -> None:
+    original = _messages_with_a_written_file()
+    (call,) = original.messages[1].tool_calls
+    assert call.arguments_path == ("messages", 1, "content", 0, "input")
+    edited = _edit_arguments(original, 1, '{"path":"a.py","content":"x = 1 [cut]","mode":420}')
+    rendered = get_adapter(original.api).render(edited)
+    validate_rewrite(original, edited, rendered)
+    assert rendered["messages"][1]["content"][0]["input"] == {
+        "path": "a.py", "content": "x = 1 [cut]", "mode": 420
+    }  # fmt: skip
+    with pytest.raises(ValidationFailed, match="object"):
+        _check(original, _edit_arguments(original, 1, "[1, 2]"))
+
+
+def test_a_messages_call_input_that_is_no_object_is_not_editable() -> None:
+    wire = {
+        "model": "claude-sonnet-4",
+        "max_tokens": 100,
+        "messages": [
+            {"role": "user", "content": "task"},
+            {"role": "assistant",
+             "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": "x" * 400}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+        ],
+    }  # fmt: skip
+    (call,) = get_adapter("anthropic.messages").parse(wire).messages[1].tool_calls
+    assert call.arguments_path is None and not call.arguments_object

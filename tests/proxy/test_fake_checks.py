@@ -20,6 +20,10 @@ from ctxwarden.proxy.fake_checks import shape_error
         ("chat", {"messages": [{"role": "tool", "tool_call_id": "x"}]},
          "messages.[0].tool_call_id"),
         ("messages", {"messages": "hi"}, "messages"),
+        ("messages", {"messages": [{"role": "assistant", "content": [
+            {"type": "text", "text": "x"},
+            {"type": "tool_use", "id": "t", "name": "w", "input": '{"a": 1}'}]}]},
+         "messages.[0].content.[1].tool_use.input"),
         ("responses", {"input": 5}, "input"),
     ],
 )  # fmt: skip
@@ -35,6 +39,8 @@ def test_a_shape_every_provider_refuses_is_refused(api: str, payload: Any, param
                                {"role": "tool", "tool_call_id": "a", "content": "x"}]}),
         ("chat", {"messages": [{"role": "user", "content": 5}]}),  # the adapters refuse it
         ("messages", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("messages", {"messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t", "name": "w", "input": {"a": 1}}]}]}),
         ("responses", {"input": "hi"}),
         ("responses", {"previous_response_id": "r"}),
     ],

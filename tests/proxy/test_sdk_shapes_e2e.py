@@ -12,8 +12,9 @@ clients through a live proxy:
 - Chat Completions: ``custom`` tool calls (``custom.input``) and tool messages whose
   content is an array of text parts;
 - Messages (the beta client, which types them): ``tool_result`` content arrays (text,
-  image, ``search_result``), thinking blocks with signatures, ``server_tool_use`` and
-  ``web_search_tool_result`` blocks in assistant messages, ``system`` messages in
+  image, ``search_result``), files written through a ``tool_use`` ``input`` object,
+  thinking blocks with signatures, ``server_tool_use`` and ``web_search_tool_result``
+  blocks in assistant messages, ``system`` messages in
   ``messages``, one with ``output_config`` and no content, and the client's cache
   breakpoints.
 
@@ -306,6 +307,10 @@ def _thinking(k: int) -> Item:
 
 
 def _tool_use(k: int) -> Item:
+    if k % 8 == 3:  # a file written through the call's input object (Claude Code's Write)
+        content = "\n".join(f"def f{k}_{i}(x):\n    return x + {i}" for i in range(40))
+        written = {"file_path": f"src/m{k}.py", "content": content, "mode": 420}
+        return {"type": "tool_use", "id": f"toolu_{k}", "name": "write", "input": written}
     return {"type": "tool_use", "id": f"toolu_{k}", "name": "bash",
             "input": {"command": f"pytest -q tests/test_m{k}.py"}}  # fmt: skip
 
@@ -508,8 +513,17 @@ async def check_condensed(
     for path in edits:
         named = REF_PATTERN.findall(value_at(got, path))
         assert named, f"{path}: rewritten without a reference"
-        assert value_at(sent, path) in [recalled[ref] for ref in named], path
+        assert _recalls(value_at(sent, path), [recalled[ref] for ref in named]), path
     return got, edits
+
+
+def _recalls(old: str, originals: list[str]) -> bool:
+    """Whether ``old`` is one of ``originals`` or a string value inside one that is a
+    JSON object (a Messages call's ``input``, recalled as a whole)."""
+    if old in originals:
+        return True
+    objects = [json.loads(o) for o in originals if o.startswith("{")]
+    return any(old in o.values() for o in objects)
 
 
 async def check_event(proxy: Proxy, exchange: int, mode: str = "active") -> None:
@@ -650,6 +664,9 @@ async def test_anthropic_result_arrays_thinking_server_tools_and_system_messages
         received = proxy.fake.received[-1]
         got, edits = await check_condensed(proxy, wire.sent[-1], received, "messages", newest, kept)
         await check_event(proxy, 1)
+        # an old call's written file condensed inside its input, which stays an object
+        written = _edited(edits, "input", "content")
+        assert got["messages"][written[1]]["content"][written[3]]["input"]["mode"] == 420
         # the next turn: the model recalls a tool result's text through the proxy
         path = _edited(edits, "content", "text")
         _script_recall(proxy, got, path)

@@ -3,7 +3,9 @@
 ``system`` is a string or text blocks; message content is a string or blocks:
 ``text``, ``image`` / ``document``, ``tool_use``, ``tool_result`` (string or nested
 blocks, ``is_error``), ``thinking`` (with ``signature``) and ``redacted_thinking``.
-``cache_control`` and every other field stay in the wire untouched.
+``cache_control`` and every other field stay in the wire untouched. A ``tool_use``
+``input`` object is its call's arguments (as compact JSON): an old call's may be
+condensed, written back as an object.
 """
 
 from __future__ import annotations
@@ -78,12 +80,16 @@ def _block(value: Any, path: Path) -> Part:
     block = expect_object(value, path)
     kind = block.get("type")
     if kind == "tool_use":
-        arguments = _json(block.get("input", {}))  # "" past orjson (a huge integer)
+        value = block.get("input", {})
+        arguments = _json(value)  # "" past orjson (a huge integer)
+        editable = isinstance(value, dict) and bool(arguments)
         return ToolCallPart(
             call_id=expect_key(block, "id", str, path),
             name=expect_key(block, "name", str, path),
             arguments=arguments,
             path=path,
+            arguments_path=(*path, "input") if editable else None,
+            arguments_object=editable,
         )
     if kind == "tool_result":
         is_error = block.get("is_error")  # null: not given, as the SDKs send unset fields

@@ -140,16 +140,19 @@ class Conversation:
                 if text.edited:
                     yield text
 
-    def edits(self) -> Iterator[tuple[Path, str]]:
-        """``(path, new text)`` of every rewritten text and tool-call arguments string."""
+    def edits(self) -> Iterator[tuple[Path, str, bool]]:
+        """``(path, new text, as_object)`` of every rewritten text and tool-call
+        arguments; ``as_object``: the text is JSON written at ``path`` as the value it
+        reads as (arguments the wire keeps as an object, see
+        :attr:`~ctxwarden.model.parts.ToolCallPart.arguments_object`)."""
         for part in self.edited_texts():
-            yield part.path, part.text
+            yield part.path, part.text, False
         for message in self.messages:
             if not message.edited:
                 continue
             for call in message.tool_calls:
                 if call.edited and call.arguments_path is not None:
-                    yield call.arguments_path, call.arguments
+                    yield call.arguments_path, call.arguments, call.arguments_object
 
     @property
     def last_assistant_index(self) -> int:

@@ -112,8 +112,14 @@ class ToolCallPart:
     arguments: str
     path: Path
     arguments_path: Path | None = None
-    """Where the arguments string lives, when the wire keeps them as text (old calls'
-    arguments are payload a pass may condense; the id and name never change)."""
+    """Where the arguments live, when a pass may condense them (old calls' arguments
+    are payload; the id and name never change): a string on the wire, or a JSON object
+    when :attr:`arguments_object` is set."""
+    arguments_object: bool = False
+    """The wire keeps the arguments as a JSON object at :attr:`arguments_path` (an
+    Anthropic ``tool_use`` ``input``), not as text: :attr:`arguments` is its compact
+    JSON, and an edit (JSON text of an object) is written back as the object it reads
+    as."""
     command: str | None = None
     """What the call does, when its arguments do not say it (a built-in patch: its
     operation and file); ``None``: read from the arguments
@@ -125,7 +131,7 @@ class ToolCallPart:
     def with_arguments(self, arguments: str) -> ToolCallPart:
         """A copy carrying new arguments text, marked edited for the renderer."""
         if self.arguments_path is None:
-            raise ValueError("these arguments are not text on the wire")
+            raise ValueError("these arguments are not editable on the wire")
         return replace(self, arguments=arguments, edited=True)
 
 

@@ -3,7 +3,9 @@
 Only text parts may differ, and only where a pass is allowed to write:
 
 - the rewritten request renders to JSON;
-- every edited part exists in the original at the same path with a string value;
+- every edited part exists in the original at the same path with a string value
+  (edited tool-call arguments the wire keeps as an object: an object, and the edit
+  reads as one);
 - no edited part is in a protected message (system, first user, newest) or has an
   exact safety class;
 - message count, roles, tool call ids / names and result ids are unchanged, in order;
@@ -96,8 +98,18 @@ def _check_message(
             value = _value_at(original.wire, call.arguments_path)
         except (KeyError, IndexError, TypeError):
             raise ValidationFailed("edited path not in original", segment=where) from None
-        if not isinstance(value, str):
-            raise ValidationFailed("edited arguments are not text", segment=where)
+        if not call.arguments_object:
+            if not isinstance(value, str):
+                raise ValidationFailed("edited arguments are not text", segment=where)
+            continue
+        if not isinstance(value, dict):
+            raise ValidationFailed("edited arguments are not an object", segment=where)
+        try:
+            edited = orjson.loads(call.arguments)
+        except orjson.JSONDecodeError:
+            edited = None
+        if not isinstance(edited, dict):
+            raise ValidationFailed("edited arguments do not read as an object", segment=where)
 
 
 def _check_text(original: Conversation, part: TextPart, protected: frozenset[int]) -> None:

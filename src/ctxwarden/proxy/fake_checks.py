@@ -3,8 +3,9 @@
 Only what every provider certainly refuses: a body that is no JSON object, a message
 list that is missing or not a list of objects with a string ``role``, a Chat ``tool``
 message that answers no earlier call, a Responses ``input`` that is neither text nor a
-list. The proxy relays requests its adapters find malformed for the upstream to judge,
-so the fake judges them like one (the providers accept more than the adapters read).
+list, a Messages ``tool_use`` block whose ``input`` is no object. The proxy relays
+requests its adapters find malformed for the upstream to judge, so the fake judges
+them like one (the providers accept more than the adapters read).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def shape_error(api: str, payload: Any) -> tuple[str, str] | None:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             return f"messages[{i}] must be an object with a string role", f"messages.[{i}]"
-        if api != "chat":
+        if api == "messages":
+            refused = _tool_use_input_error(message.get("content"), i)
+            if refused is not None:
+                return refused
             continue
         tool_calls = message.get("tool_calls")
         if tool_calls is not None and not isinstance(tool_calls, list):
@@ -44,4 +48,20 @@ def shape_error(api: str, payload: Any) -> tuple[str, str] | None:
                 f"messages[{i}]: a tool message must answer a preceding tool call",
                 f"messages.[{i}].tool_call_id",
             )
+    return None
+
+
+def _tool_use_input_error(content: Any, i: int) -> tuple[str, str] | None:
+    """The refusal of a Messages message whose ``tool_use`` block's ``input`` is no
+    object (Anthropic: "Input should be a valid dictionary")."""
+    if not isinstance(content, list):
+        return None
+    for j, block in enumerate(content):
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "tool_use"
+            and not isinstance(block.get("input"), dict)
+        ):
+            where = f"messages.[{i}].content.[{j}].tool_use.input"
+            return f"{where}: Input should be a valid dictionary", where
     return None
