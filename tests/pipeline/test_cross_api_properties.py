@@ -991,3 +991,32 @@ def test_a_fixed_history_is_condensed_and_keeps_every_property(api: str, preset:
             for a, b in zip(m["content"], n["content"], strict=True)
             if a["type"] != "tool_result" and a["type"] != "text"
         )
+
+
+KEEPING_NOTHING = {
+    p: make_engine(p, {**FORCE, "keep_newest_calls": 0, "keep_newest_texts": 0}) for p in PRESETS
+}
+"""Engines that keep no call or text of the newest turns for recency."""
+
+
+@parametrize("preset", PRESETS)
+@PROPERTY
+@given(data=st.data())
+def test_the_latest_assistant_message_with_thinking_stays_exact(
+    preset: str, data: st.DataObject
+) -> None:
+    """Anthropic refuses a request whose latest assistant message with thinking blocks
+    differs from the response it came from: even with no recency kept, its texts and
+    call inputs are sent as they were."""
+    history, turns = drawn_session(data, ANTHROPIC)
+    checked = 0
+    for request, result in run_session(KEEPING_NOTHING[preset], ANTHROPIC, history, turns):
+        messages = request["messages"]
+        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        content = messages[last]["content"]
+        if isinstance(content, list) and any(
+            b["type"] in ("thinking", "redacted_thinking") for b in content
+        ):
+            assert dumps(result.request["messages"][last]) == dumps(messages[last])
+            checked += 1
+    event(f"latest assistant messages with thinking checked: {checked > 0}")

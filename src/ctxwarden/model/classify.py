@@ -2,8 +2,11 @@
 
 Rules (first match wins):
 
-- system content, system/developer messages, the first user message and every
-  message after the last assistant message are ``critical_exact``;
+- system content, system/developer messages, the first user message, every message
+  after the last assistant message, and the last assistant message itself when it
+  carries signed or redacted reasoning (Anthropic refuses a request whose latest
+  assistant message with thinking blocks differs from the response) are
+  ``critical_exact``;
 - tool calls and opaque parts are ``protocol_exact``; reasoning is
   ``continuation_exact``; media is ``rehydratable_exact``;
 - a tool-result text identical to an earlier tool-result text is
@@ -36,7 +39,8 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 def protected_message_indexes(conversation: Conversation) -> frozenset[int]:
-    """Indexes of messages that no pass may change (system, first user, newest)."""
+    """Indexes of messages that no pass may change (system, first user, newest, and
+    the last assistant message when it carries signed reasoning)."""
     messages = conversation.messages
     protected = {i for i, message in enumerate(messages) if message.role in _SYSTEM_ROLES}
     for i, message in enumerate(messages):
@@ -44,6 +48,11 @@ def protected_message_indexes(conversation: Conversation) -> frozenset[int]:
             protected.add(i)
             break
     protected.update(range(conversation.newest_start, len(messages)))
+    last = conversation.last_assistant_index
+    if last >= 0 and any(
+        isinstance(p, ReasoningPart) and (p.signed or p.redacted) for p in messages[last].parts
+    ):
+        protected.add(last)
     return frozenset(protected)
 
 

@@ -14,7 +14,8 @@ Categories (each a count per request):
   after the last assistant message is not byte-identical;
 - ``shape``: a changed item differs in anything but its text payload (``content``,
   ``text``, ``output``, ``arguments``, a custom tool call's ``input``, a patch's
-  ``diff`` and a shell output's ``stdout`` / ``stderr`` strings): a
+  ``diff``, a shell output's ``stdout`` / ``stderr`` strings and the strings inside an
+  Anthropic call's ``input`` object): a
   key added or removed, a type, an id, a content list turned into a string; or
   tool-call arguments that were JSON are JSON no more (checked when the rewrite of an
   item is new).
@@ -80,14 +81,17 @@ def unpaired_ids(messages: Sequence[MessageInfo]) -> set[tuple[str, str]]:
     return out
 
 
-def _shape(node: Any, key: str | None = None) -> Any:
-    """``node`` with every rewritable text payload replaced by a marker."""
+def _shape(node: Any, key: str | None = None, in_input: bool = False) -> Any:
+    """``node`` with every rewritable text payload replaced by a marker: a string under
+    a payload key, or any string inside an ``input`` object (an Anthropic call's
+    arguments)."""
     if isinstance(node, str):
-        return "\x00payload" if key in _PAYLOAD_KEYS else node
+        return "\x00payload" if in_input or key in _PAYLOAD_KEYS else node
     if isinstance(node, dict):
-        return {k: _shape(v, k) for k, v in node.items()}
+        inner = in_input or key == "input"
+        return {k: _shape(v, k, inner) for k, v in node.items()}
     if isinstance(node, list):
-        return [_shape(v, key) for v in node]
+        return [_shape(v, key, in_input) for v in node]
     return node
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import CtxwardenError, MalformedRequest, ReplayError
 from ctxwarden.replay.cache import cache_expired, effective_cached, request_cost
@@ -136,6 +138,31 @@ class _State:
     validated: set[bytes] = field(default_factory=set)
 
 
+def _held(original: str, text: str) -> bool:
+    """Whether a recalled ``original`` is in an item's ``text``: as it is, or (the
+    arguments of an Anthropic call, recalled as the JSON of its ``input`` object, whose
+    string values the item's text holds one by one) every string value of it."""
+    if original in text:
+        return True
+    if not original.startswith("{"):
+        return False
+    try:
+        value = orjson.loads(original)
+    except orjson.JSONDecodeError:
+        return False
+    leaves: list[str] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            leaves.append(node)
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+    return bool(leaves) and all(leaf in text for leaf in leaves)
+
+
 def _recoverable(state: _State, a: MessageInfo, b: MessageInfo) -> bool:
     memo_key = (a.key, b.key)
     known = state.recover_memo.get(memo_key)
@@ -143,7 +170,7 @@ def _recoverable(state: _State, a: MessageInfo, b: MessageInfo) -> bool:
         known = False
         for ref in b.refs:
             text = state.subject.recall(ref)
-            if text is not None and text and text in a.text:
+            if text and _held(text, a.text):
                 known = True
                 break
         state.recover_memo[memo_key] = known
