@@ -288,13 +288,19 @@ CHAT_TOOLS: Any = [
 ]  # fmt: skip
 
 
+CHAT_MODEL = "gpt-4.1"
+"""A model whose window the history leaves room in: a step the cost model takes runs
+every pass (a step the hard band forces stops once it saved enough, which masking
+alone does here, and the calls' arguments would stay as they are)."""
+
+
 async def _chat(client: openai.AsyncOpenAI, stream: bool, messages: Any) -> Any:
     if not stream:
         return await client.chat.completions.create(
-            model="gpt-4o", messages=messages, tools=CHAT_TOOLS
+            model=CHAT_MODEL, messages=messages, tools=CHAT_TOOLS
         )
     async with client.chat.completions.stream(
-        model="gpt-4o", messages=messages, tools=CHAT_TOOLS
+        model=CHAT_MODEL, messages=messages, tools=CHAT_TOOLS
     ) as s:
         return await s.get_final_completion()
 

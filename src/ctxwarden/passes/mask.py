@@ -20,6 +20,10 @@ from ctxwarden.signals import distinctive_set
 
 __all__ = ["MaskPass"]
 
+_ROUNDS = 4
+"""Rounds of the early exit that take more candidates when those taken fell short of
+the target (each builds the placeholders again) before it takes them all."""
+
 
 def _shown_words(
     ctx: PassContext, decided: Mapping[Path, Replacement], wanted: frozenset[str]
@@ -49,27 +53,13 @@ def _shown_words(
     return shown, proposed
 
 
-def _enough(
-    candidates: list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]],
-    ctx: PassContext,
-    decided: Mapping[Path, Replacement],
-    max_keywords: int,
-) -> list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]]:
-    """The oldest candidates whose placeholders save ``ctx.tokens_to_save``, each
-    counted at its largest (every mention listed) and against what it would replace (a
-    normalization's text, else the output), so the early exit never stops short."""
-    chosen = []
-    saved = 0
-    for segment, built in candidates:
-        if saved >= (ctx.tokens_to_save or 0):
-            break
-        body, _, keywords = built
-        text = body + "\n" + mentions_line(keywords[:max_keywords]) if keywords else body
-        chosen.append((segment, built))
-        held = decided.get(segment.path)
-        now = segment.tokens if held is None else ctx.counter.count_text(held.text)
-        saved += max(0, now - ctx.counter.count_text(text))
-    return chosen
+def _replaced_tokens(
+    segment: Segment, ctx: PassContext, decided: Mapping[Path, Replacement]
+) -> int:
+    """The tokens of what a placeholder of ``segment`` replaces: a normalization's
+    text, else the output."""
+    held = decided.get(segment.path)
+    return segment.tokens if held is None else ctx.counter.count_text(held.text)
 
 
 class MaskPass:
@@ -98,7 +88,6 @@ class MaskPass:
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
     ) -> dict[Path, Replacement]:
-        out: dict[Path, Replacement] = {}
         candidates = [
             (segment, self._built(segment))
             for segment in ctx.open_segments(decided, past_restated=True)
@@ -107,9 +96,34 @@ class MaskPass:
             and segment.tokens >= self.config.min_tokens
         ]
         if not candidates:
-            return out
-        if ctx.tokens_to_save is not None:  # early exit, oldest first
-            candidates = _enough(candidates, ctx, decided, self.digest.max_keywords)
+            return {}
+        target = ctx.tokens_to_save
+        if target is None:
+            return self._placeholders(candidates, ctx, decided)[0]
+        # early exit, oldest first: the fewest oldest candidates whose placeholders
+        # save the target. What one lists depends on the newer ones chosen with it (it
+        # leaves out what they list, and may list longer strings in their stead), so
+        # the estimate can be short of what they really save: then more are taken, a
+        # few rounds at most, and then all of them (what the pass proposes without a
+        # target, the most it can save)
+        taken = len(self._enough(candidates, ctx, decided, target))
+        for _ in range(_ROUNDS):
+            out, saved = self._placeholders(candidates[:taken], ctx, decided)
+            if saved >= target or taken >= len(candidates):
+                return out
+            taken += len(self._enough(candidates[taken:], ctx, decided, target - saved))
+        return self._placeholders(candidates, ctx, decided)[0]
+
+    def _placeholders(
+        self,
+        candidates: list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]],
+        ctx: PassContext,
+        decided: Mapping[Path, Replacement],
+    ) -> tuple[dict[Path, Replacement], int]:
+        """The placeholders of ``candidates``, oldest first, and the tokens they save
+        (each against what it would replace: a normalization's text, else the output)."""
+        out: dict[Path, Replacement] = {}
+        saved = 0
         shown: Counter[str] | None = None
         proposed: list[tuple[int, frozenset[str]]] = []
         if self.config.shared_mentions:
@@ -132,7 +146,8 @@ class MaskPass:
                 w for w in keywords if w not in ctx.visible and not (shown and shown[w] > 0)
             ][: self._cap(segment)]
             text = body + "\n" + mentions_line(mentions) if mentions else body
-            if ctx.counter.count_text(text) > self.config.max_ratio * segment.tokens:
+            tokens = ctx.counter.count_text(text)
+            if tokens > self.config.max_ratio * segment.tokens:
                 continue
             if shown is not None:  # the placeholder shows its body and its mentions
                 shown.update(distinctive_set(body) | frozenset(mentions))
@@ -140,7 +155,37 @@ class MaskPass:
             out[segment.path] = Replacement(
                 text, self.name, originals=((ref, segment.text),), kept_lines=errors
             )
-        return dict(reversed(out.items()))  # oldest first, as the segments come
+            saved += max(0, _replaced_tokens(segment, ctx, decided) - tokens)
+        return dict(reversed(out.items())), saved  # oldest first, as the segments come
+
+    def _enough(
+        self,
+        candidates: list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]],
+        ctx: PassContext,
+        decided: Mapping[Path, Replacement],
+        target: int,
+    ) -> list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]]:
+        """The oldest candidates whose placeholders save ``target`` tokens by an
+        estimate: each placeholder counted with its first mentions, as many as
+        :meth:`_cap` allows (``keywords_per_1k_tokens`` included), against what it
+        would replace, and as saving nothing when it is then over ``max_ratio`` of the
+        output (the pass may skip it). A placeholder that leaves out mentions shown
+        elsewhere lists later ones in their stead, which can be longer: the caller
+        measures what the chosen placeholders save."""
+        chosen = []
+        saved = 0
+        for segment, built in candidates:
+            if saved >= target:
+                break
+            chosen.append((segment, built))
+            body, _, keywords = built
+            mentions = keywords[: self._cap(segment)]
+            tokens = ctx.counter.count_text(
+                body + "\n" + mentions_line(mentions) if mentions else body
+            )
+            if tokens <= self.config.max_ratio * segment.tokens:
+                saved += max(0, _replaced_tokens(segment, ctx, decided) - tokens)
+        return chosen
 
     def mentions_of(self, segment: Segment) -> tuple[str, ...]:
         """The strings a placeholder of ``segment`` lists at most (before any is left
