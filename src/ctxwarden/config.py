@@ -16,7 +16,15 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ctxwarden.errors import ConfigError
 
@@ -27,6 +35,7 @@ __all__ = [
     "StoreConfig",
     "config_error",
     "load_config",
+    "overrides_of",
     "read_toml",
 ]
 
@@ -91,7 +100,11 @@ class EngineConfig(_Strict):
     mode: Mode = "active"
     preset: str = Field("balanced", description="Pipeline preset the passes start from.")
     pipeline: dict[str, Any] = Field(
-        default_factory=dict, description="Overrides of the preset's pass settings."
+        default_factory=dict,
+        description="Overrides of the preset's pass settings, deep-merged into it: a dict "
+        "(a ``[pipeline]`` table), or a ``PipelineConfig`` (models may also stand for "
+        "tables inside the dict, e.g. ``{'mask': MaskConfig(min_tokens=80)}``); a model "
+        "overrides the fields it was given, as the same values written as a dict do.",
     )
     budget: BudgetConfig = BudgetConfig()
     store: StoreConfig = StoreConfig()
@@ -101,6 +114,11 @@ class EngineConfig(_Strict):
         description="Add the rewritten texts to the report (``contents``: JSON pointer and "
         "text of each); off by default, so reports and logs hold no message contents.",
     )
+
+    @field_validator("pipeline", mode="before")
+    @classmethod
+    def _models_as_tables(cls, value: Any) -> Any:
+        return overrides_of(value)
 
     if not TYPE_CHECKING:  # type checkers keep pydantic's own signature (field names)
 
@@ -112,6 +130,19 @@ class EngineConfig(_Strict):
                 super().__init__(**data)
             except ValidationError as exc:
                 raise config_error(exc) from None
+
+
+def overrides_of(value: Any) -> Any:
+    """``value`` with each pydantic model in it (a ``PipelineConfig``, a ``MaskConfig``
+    in a dict) as the dict of the fields it was given (models nested in it too): the
+    overrides the same values written as a dict are, so they merge into a preset the
+    same way (a model's defaults would otherwise replace the preset's values). Anything
+    else is left as it is, for the model to check."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    if isinstance(value, dict):
+        return {key: overrides_of(item) for key, item in value.items()}
+    return value
 
 
 def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:

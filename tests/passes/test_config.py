@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from ctxwarden import ConfigError, Engine, EngineConfig
@@ -215,3 +217,42 @@ def test_consistent_bounds_and_every_preset_still_validate() -> None:
     validated_config({"pipeline": {"planner": {"min_expected_turns": 8, "max_expected_turns": 8}}})
     for preset in PRESETS:
         validated_config({"preset": preset})
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_min_expected_turns_alone_over_the_presets_maximum_is_named(preset: str) -> None:
+    """Only min_expected_turns given, above the preset's max_expected_turns: the
+    error named max_expected_turns, a key the file does not hold."""
+    from ctxwarden.config import validated_config
+
+    high = PRESETS[preset].planner.max_expected_turns
+    data = {"preset": preset, "pipeline": {"planner": {"min_expected_turns": high + 1}}}
+    with pytest.raises(ConfigError) as info:
+        validated_config(data, "ctxwarden.toml")
+    assert info.value.key == "pipeline.planner.min_expected_turns"
+    assert info.value.source == "ctxwarden.toml"
+    assert f"above max_expected_turns ({high:g} in the {preset} preset)" in info.value.reason
+    assert "set max_expected_turns too" in info.value.reason
+
+
+@given(
+    preset=st.sampled_from(sorted(PRESETS)),
+    low=st.none() | st.integers(0, 60),
+    high=st.none() | st.integers(0, 60),
+)
+def test_a_turns_error_names_a_key_that_was_given(
+    preset: str, low: int | None, high: int | None
+) -> None:
+    """Whichever of the two bounds are given, a refusal names one of them; what is
+    accepted keeps min_expected_turns <= max_expected_turns."""
+    planner = {
+        key: value
+        for key, value in (("min_expected_turns", low), ("max_expected_turns", high))
+        if value is not None
+    }
+    try:
+        resolved = resolve_pipeline(preset, {"planner": planner})
+    except ConfigError as exc:
+        assert exc.key.removeprefix("pipeline.planner.") in planner
+    else:
+        assert resolved.planner.min_expected_turns <= resolved.planner.max_expected_turns

@@ -20,7 +20,7 @@ from pydantic import (
     field_validator,
 )
 
-from ctxwarden.config import config_error
+from ctxwarden.config import config_error, overrides_of
 from ctxwarden.errors import ConfigError
 from ctxwarden.passes.base import Pass
 from ctxwarden.passes.config import (
@@ -135,7 +135,9 @@ class PlannerConfig(_Strict):
 class ToolPolicy(_Strict):
     """A per-tool override: keep the tool's outputs and call arguments as they are
     (``exclude``), reduce old outputs to a stub (``suppress``), or keep its outputs
-    smaller than ``min_tokens`` (it raises the passes' own thresholds, never lowers them)."""
+    smaller than ``min_tokens`` whole from every pass, the truncation guardrail included
+    (it raises the passes' own thresholds, never lowers them; an output at least that
+    large is cut by the guardrail when over its limits)."""
 
     exclude: StrictBool = False
     suppress: StrictBool = False
@@ -241,18 +243,46 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_pipeline(preset: str, overrides: dict[str, Any]) -> PipelineConfig:
-    """The preset with ``overrides`` deep-merged; :class:`ConfigError` names a bad key."""
+    """The preset with ``overrides`` deep-merged (a model in them, e.g. a
+    :class:`MaskConfig`, counts as the fields it was given:
+    :func:`~ctxwarden.config.overrides_of`); :class:`ConfigError` names a bad key, one
+    the overrides give when a value of the preset is at odds with it."""
     base = PRESETS.get(preset)
     if base is None:
         raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})", "preset")
     if not overrides:
         return base
+    overrides = overrides_of(overrides)
     try:
         resolved = PipelineConfig.model_validate(_merge(base.model_dump(), overrides))
     except ValidationError as exc:
-        raise config_error(exc, "pipeline") from exc
+        raise _as_given(config_error(exc, "pipeline"), overrides, preset, base) from exc
     _check_ordered(overrides, resolved)
     return resolved
+
+
+def _as_given(
+    error: ConfigError, overrides: dict[str, Any], preset: str, base: PipelineConfig
+) -> ConfigError:
+    """``error`` naming the key the overrides gave. The planner's check blames
+    ``max_expected_turns`` when it is below ``min_expected_turns``; when the overrides
+    set only ``min_expected_turns`` (over the preset's maximum), that is the key to
+    change, or to give with a maximum."""
+    if error.key != "pipeline.planner.max_expected_turns":
+        return error
+    planner = overrides.get("planner")
+    if (
+        not isinstance(planner, dict)
+        or "max_expected_turns" in planner
+        or "min_expected_turns" not in planner
+    ):
+        return error
+    low, high = float(planner["min_expected_turns"]), base.planner.max_expected_turns
+    return ConfigError(
+        f"{low:g} is above max_expected_turns ({high:g} in the "
+        f"{preset} preset): lower it, or set max_expected_turns too",
+        "pipeline.planner.min_expected_turns",
+    )
 
 
 def _check_ordered(overrides: dict[str, Any], resolved: PipelineConfig) -> None:
