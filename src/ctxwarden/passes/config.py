@@ -129,7 +129,11 @@ class TrimArgsConfig(PassConfig):
 
 
 class TruncateConfig(PassConfig):
-    """Guardrail: any output over a size limit keeps head, tail and error lines."""
+    """Guardrail: any output over a size limit keeps head, tail and error lines.
+
+    It goes by these limits: ``min_tokens`` is not read, and recency does not keep an
+    output whole; a tool's ``exclude`` does, and so does a tool's ``min_tokens`` for
+    outputs smaller than it."""
 
     max_bytes: StrictInt = Field(50_000, gt=0)
     max_lines: StrictInt = Field(2_000, gt=0)
