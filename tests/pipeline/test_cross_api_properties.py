@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -581,9 +582,13 @@ def _is_arguments(api: str, request: dict[str, Any], path: tuple[Any, ...]) -> b
 def _recalls(api: str, recalled: set[str], old: str) -> bool:
     """Whether a recalled original holds ``old``: is it, or (the arguments of an
     Anthropic call, one string of which is ``old``) holds it as a string value."""
-    if old in recalled:
+    if old in recalled or any(old in r for r in recalled):  # or one block of an output
         return True
     return api == ANTHROPIC and any(old in _strings(orjson.loads(r)) for r in recalled)
+
+
+PART_STUB = re.compile(r"\[ctxwarden: part \d+/\d+, see above\]")
+"""The stub of a later text block of a tool result masked as one output."""
 
 
 def check_recall_and_errors(
@@ -598,6 +603,8 @@ def check_recall_and_errors(
         rewritten += 1
         assert new.strip(), f"{path}: rewritten to nothing"
         refs = refs_in(new)
+        if not refs and PART_STUB.match(new):  # a later block of an output masked as one:
+            refs = refs_in(visible_text(out[MESSAGE_KEYS[api]][path[1]]))  # its first's
         assert refs, f"{path}: rewritten without a reference"
         recalled = {engine.recall(r) for r in refs}
         assert _recalls(api, recalled, old), f"{path}: no reference recalls it"

@@ -67,6 +67,10 @@ class Replacement:
     stored_refs: tuple[str, ...] = ()
     """References whose originals are already in the store: a replacement re-applied
     from the session state carries no originals but still names them."""
+    joint: Path | None = None
+    """Replacements proposed with the same ``joint`` (a result of several text blocks,
+    masked as one output: its first block's path) are taken or left together, by what
+    they save together: one of them alone may save nothing."""
 
     @property
     def refs(self) -> tuple[str, ...]:

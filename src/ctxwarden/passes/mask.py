@@ -4,6 +4,8 @@ Outputs inside the recency budget (``ctx.recent``) or that the recent turns are 
 on (``ctx.relevant``) stay in full. A placeholder keeps what the output was, its error
 lines, a short head and tail, the distinctive strings it mentioned and the reference
 (see :mod:`ctxwarden.passes.placeholder`). Oldest first, with early exit at the target.
+A result held in several text blocks is masked as one output
+(:mod:`ctxwarden.passes.result_groups`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import MaskConfig
 from ctxwarden.passes.placeholder import Digest, mentions_line, placeholder_parts
+from ctxwarden.passes.result_groups import ResultGroup, part_stub, result_groups
 from ctxwarden.signals import distinctive_set
 
 __all__ = ["MaskPass"]
@@ -54,12 +57,31 @@ def _shown_words(
 
 
 def _replaced_tokens(
-    segment: Segment, ctx: PassContext, decided: Mapping[Path, Replacement]
+    segment: Segment,
+    ctx: PassContext,
+    decided: Mapping[Path, Replacement],
+    stubs: Mapping[Path, Replacement] | None = None,
+    group: ResultGroup | None = None,
 ) -> int:
     """The tokens of what a placeholder of ``segment`` replaces: a normalization's
-    text, else the output."""
+    text, else the output; for a result of several blocks, of its first block and
+    each block ``stubs`` replaces."""
+    if group is not None and stubs is not None:
+        replaced = [b for b in group.blocks[1:] if b.path in stubs]
+        return sum(_replaced_tokens(b, ctx, decided) for b in (group.blocks[0], *replaced))
     held = decided.get(segment.path)
     return segment.tokens if held is None else ctx.counter.count_text(held.text)
+
+
+def _output_tokens(
+    segment: Segment, stubs: Mapping[Path, Replacement], group: ResultGroup | None
+) -> int:
+    """The tokens of the output a placeholder stands for (``max_ratio`` is of these):
+    ``segment``'s, or of the blocks of a result of several that it and ``stubs``
+    replace."""
+    if group is None:
+        return segment.tokens
+    return group.blocks[0].tokens + sum(b.tokens for b in group.blocks[1:] if b.path in stubs)
 
 
 class MaskPass:
@@ -88,40 +110,55 @@ class MaskPass:
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
     ) -> dict[Path, Replacement]:
+        open_ = [
+            segment
+            for segment in ctx.open_segments(decided, past_restated=True)
+            if segment.path not in ctx.recent and segment.path not in ctx.relevant
+        ]
+        groups = result_groups(open_, ctx.segments)
+        if groups:  # a result of several blocks is one candidate: the output they make
+            grouped = {b.path for g in groups.values() for b in g.blocks[1:]}
+            open_ = [
+                groups[s.path].merged if s.path in groups else s
+                for s in open_
+                if s.path not in grouped
+            ]
         candidates = [
             (segment, self._built(segment))
-            for segment in ctx.open_segments(decided, past_restated=True)
-            if segment.path not in ctx.recent
-            and segment.path not in ctx.relevant
-            and segment.tokens >= self.config.min_tokens
+            for segment in open_
+            if segment.tokens >= self.config.min_tokens
         ]
         if not candidates:
             return {}
         target = ctx.tokens_to_save
         if target is None:
-            return self._placeholders(candidates, ctx, decided)[0]
+            return self._placeholders(candidates, ctx, decided, groups)[0]
         # early exit, oldest first: the fewest oldest candidates whose placeholders
         # save the target. What one lists depends on the newer ones chosen with it (it
         # leaves out what they list, and may list longer strings in their stead), so
         # the estimate can be short of what they really save: then more are taken, a
         # few rounds at most, and then all of them (what the pass proposes without a
         # target, the most it can save)
-        taken = len(self._enough(candidates, ctx, decided, target))
+        taken = len(self._enough(candidates, ctx, decided, target, groups))
         for _ in range(_ROUNDS):
-            out, saved = self._placeholders(candidates[:taken], ctx, decided)
+            out, saved = self._placeholders(candidates[:taken], ctx, decided, groups)
             if saved >= target or taken >= len(candidates):
                 return out
-            taken += len(self._enough(candidates[taken:], ctx, decided, target - saved))
-        return self._placeholders(candidates, ctx, decided)[0]
+            more = self._enough(candidates[taken:], ctx, decided, target - saved, groups)
+            taken += len(more)
+        return self._placeholders(candidates, ctx, decided, groups)[0]
 
     def _placeholders(
         self,
         candidates: list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]],
         ctx: PassContext,
         decided: Mapping[Path, Replacement],
+        groups: Mapping[Path, ResultGroup],
     ) -> tuple[dict[Path, Replacement], int]:
         """The placeholders of ``candidates``, oldest first, and the tokens they save
-        (each against what it would replace: a normalization's text, else the output)."""
+        (each against what it would replace: a normalization's text, else the output).
+        A result of several blocks (``groups``) gets the placeholder of its whole output
+        on its first block and a stub on each other (:mod:`.result_groups`)."""
         out: dict[Path, Replacement] = {}
         saved = 0
         shown: Counter[str] | None = None
@@ -146,17 +183,43 @@ class MaskPass:
                 w for w in keywords if w not in ctx.visible and not (shown and shown[w] > 0)
             ][: self._cap(segment)]
             text = body + "\n" + mentions_line(mentions) if mentions else body
+            ref = ref_for(segment.text)
+            original = ((ref, segment.text),)
+            group = groups.get(segment.path)
+            stubs = self._stubs(group, original, ctx) if group else {}
             tokens = ctx.counter.count_text(text)
-            if tokens > self.config.max_ratio * segment.tokens:
+            tokens += sum(ctx.counter.count_text(r.text) for r in stubs.values())
+            replaced = _replaced_tokens(segment, ctx, decided, stubs, group)
+            if tokens > self.config.max_ratio * _output_tokens(segment, stubs, group):
                 continue
             if shown is not None:  # the placeholder shows its body and its mentions
                 shown.update(distinctive_set(body) | frozenset(mentions))
-            ref = ref_for(segment.text)
+            out.update(reversed(stubs.items()))  # after the placeholder, once reversed
+            joint = segment.path if group else None
             out[segment.path] = Replacement(
-                text, self.name, originals=((ref, segment.text),), kept_lines=errors
+                text, self.name, originals=original, kept_lines=errors, joint=joint
             )
-            saved += max(0, _replaced_tokens(segment, ctx, decided) - tokens)
+            saved += max(0, replaced - tokens)
         return dict(reversed(out.items())), saved  # oldest first, as the segments come
+
+    def _stubs(
+        self, group: ResultGroup, original: tuple[tuple[str, str], ...], ctx: PassContext
+    ) -> dict[Path, Replacement]:
+        """The stubs of a result's blocks after its first, in order: each names the
+        whole output's original (recalled as one, and stored once per request) and
+        holds while the first block, which carries the placeholder, reads the same. A
+        block no longer than its stub stays as it is."""
+        count = len(group.blocks)
+        out = {}
+        for number, block in enumerate(group.blocks[1:], start=2):
+            stub, errors = part_stub(number, count, block)
+            if block.tokens <= ctx.counter.count_text(stub):  # no longer than its stub
+                continue
+            first = group.blocks[0].path  # its placeholder says what the stub stands for
+            out[block.path] = Replacement(
+                stub, self.name, originals=original, kept_lines=errors, witness=first, joint=first
+            )
+        return out
 
     def _enough(
         self,
@@ -164,6 +227,7 @@ class MaskPass:
         ctx: PassContext,
         decided: Mapping[Path, Replacement],
         target: int,
+        groups: Mapping[Path, ResultGroup],
     ) -> list[tuple[Segment, tuple[str, tuple[str, ...], tuple[str, ...]]]]:
         """The oldest candidates whose placeholders save ``target`` tokens by an
         estimate: each placeholder counted with its first mentions, as many as
@@ -183,8 +247,11 @@ class MaskPass:
             tokens = ctx.counter.count_text(
                 body + "\n" + mentions_line(mentions) if mentions else body
             )
-            if tokens <= self.config.max_ratio * segment.tokens:
-                saved += max(0, _replaced_tokens(segment, ctx, decided) - tokens)
+            group = groups.get(segment.path)
+            stubs = self._stubs(group, (), ctx) if group else {}
+            tokens += sum(ctx.counter.count_text(r.text) for r in stubs.values())
+            if tokens <= self.config.max_ratio * _output_tokens(segment, stubs, group):
+                saved += max(0, _replaced_tokens(segment, ctx, decided, stubs, group) - tokens)
         return chosen
 
     def mentions_of(self, segment: Segment) -> tuple[str, ...]:

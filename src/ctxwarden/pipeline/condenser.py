@@ -471,7 +471,9 @@ class Condenser:
         ``target`` tokens are saved: each pass is told what is left to save, and its
         proposals are taken oldest first only until the target is met (a pass that
         does not read it proposes everything it can). A proposal for a segment already
-        replaced (a lossy pass over a normalization) is taken only when it saves more."""
+        replaced (a lossy pass over a normalization) is taken only when it saves more;
+        proposals of one joint (:attr:`Replacement.joint`) when they save more together,
+        and the early exit never splits them."""
         ctx = PassContext(
             segments=view.segments,
             eligible=view.eligible,
@@ -495,12 +497,17 @@ class Condenser:
                 continue
             if target is not None:  # what is left of it, not what earlier passes met
                 ctx.tokens_to_save = target - saved
-            for path, rep in _oldest_first(view, pass_(ctx, decided), target is not None):
-                gain = self._net_saved(view, path, rep, counter, decided)
-                if gain > 0:
+            proposals = _oldest_first(view, pass_(ctx, decided), target is not None)
+            gains = [self._net_saved(view, p, r, counter, decided) for p, r in proposals]
+            joint_gains: dict[Path, int] = defaultdict(int)
+            for (_, rep), gain in zip(proposals, gains, strict=True):
+                if rep.joint is not None:
+                    joint_gains[rep.joint] += gain
+            for i, ((path, rep), gain) in enumerate(zip(proposals, gains, strict=True)):
+                if (gain if rep.joint is None else joint_gains[rep.joint]) > 0:
                     decided[path] = new[path] = rep
                     saved += gain
-                    if target is not None and saved >= target:
+                    if target is not None and saved >= target and not _joined(proposals, i):
                         return new
         return new
 
@@ -590,8 +597,11 @@ class Condenser:
         tenant: str,
         report: dict[str, Any],
     ) -> dict[Path, Replacement]:
-        """Validate each adopted replacement and store its originals; roll back failures."""
+        """Validate each adopted replacement and store its originals; roll back failures
+        (each alone, but the replacements of one joint together). An original stored
+        for one replacement is not stored again for the next that names it."""
         kept: dict[Path, Replacement] = {}
+        stored_now: set[str] = set()
         for path, rep in adopted.items():
             segment = view.segment(path)
             if segment is None or not rep.text.strip():
@@ -602,15 +612,22 @@ class Condenser:
                 continue
             try:
                 for ref, original in rep.originals:
+                    if ref in stored_now:
+                        continue
                     stored = self.store.put(tenant, original)
                     if stored != ref or self.store.get(tenant, ref) != original:
                         raise ValueError("artifact does not read back")
+                    stored_now.add(ref)
+                    report["artifacts_stored"] += 1
             except Exception:  # a store failure is local to this segment
                 report["segment_failures"] += 1
                 report["rollbacks"] += 1
                 continue
-            report["artifacts_stored"] += len(rep.originals)
             kept[path] = rep
+        broken = {r.joint for p, r in adopted.items() if r.joint is not None and p not in kept}
+        for path in [p for p, r in kept.items() if r.joint in broken]:
+            del kept[path]
+            report["rollbacks"] += 1
         return kept
 
     @staticmethod
@@ -708,6 +725,12 @@ def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: 
     key, ref = witness
     segment = by_key.get(key)
     return segment is not None and _reads_as(segment, ref, common)
+
+
+def _joined(proposals: list[tuple[Path, Replacement]], i: int) -> bool:
+    """Whether the proposal after the ``i``-th is taken with it (the same joint)."""
+    joint = proposals[i][1].joint
+    return joint is not None and i + 1 < len(proposals) and proposals[i + 1][1].joint == joint
 
 
 def _oldest_first(
