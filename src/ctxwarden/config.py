@@ -83,6 +83,14 @@ class StoreConfig(_Strict):
         "for one command or statement) before the call fails and the request goes on "
         "without the store; raise it for very large artifacts on a slow link.",
     )
+    breaker_seconds: float = Field(
+        10.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Redis and PostgreSQL: after a call the server did not answer, calls "
+        "fail at once for this many seconds (requests go on without the store instead of "
+        "each waiting timeout_seconds), then one is tried again; 0: every call is tried.",
+    )
     gc_interval_seconds: float = Field(
         3600,
         ge=0,

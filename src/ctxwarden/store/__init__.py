@@ -60,7 +60,10 @@ def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
             from ctxwarden.store.redis_store import RedisStore
 
             return RedisStore(
-                config.url, ttl_seconds=config.ttl_seconds, timeout=config.timeout_seconds
+                config.url,
+                ttl_seconds=config.ttl_seconds,
+                timeout=config.timeout_seconds,
+                breaker_seconds=config.breaker_seconds,
             )
         from ctxwarden.store.postgres_store import PostgresStore
     except ImportError as exc:
@@ -74,4 +77,5 @@ def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
         ttl_seconds=config.ttl_seconds,
         max_bytes=config.max_bytes,
         timeout=config.timeout_seconds,
+        breaker_seconds=config.breaker_seconds,
     )

@@ -55,6 +55,7 @@ from ctxwarden.store.base import (
     touch_interval,
     verified_text,
 )
+from ctxwarden.store.breaker import Breaker
 
 _T = TypeVar("_T")
 _Db = psycopg.Connection[Any]
@@ -114,6 +115,12 @@ def _translated(action: str) -> Iterator[None]:
         yield
     except psycopg.Error as exc:  # libpq's messages span lines (a hint on the next one)
         raise StoreError(f"postgres store failed to {action}: {one_line(str(exc))}") from exc
+
+
+def _is_outage(cause: BaseException) -> bool:
+    """Whether a driver error means the server did not answer (a connection refused,
+    lost or timed out, or a statement the store gave up on)."""
+    return isinstance(cause, psycopg.OperationalError)
 
 
 def _set_by_user(params: dict[str, Any], name: str) -> bool:
@@ -236,6 +243,7 @@ class PostgresStore:
         ttl_seconds: float = 30 * 86400,
         max_bytes: int = 2 << 30,
         timeout: float = DEFAULT_TIMEOUT,
+        breaker_seconds: float = 0.0,
     ) -> None:
         if not timeout > 0:
             raise StoreError("postgres store needs a positive timeout")
@@ -244,6 +252,7 @@ class PostgresStore:
         self.max_bytes = max_bytes
         self.timeout = timeout
         self._lock = threading.Lock()
+        self._breaker = Breaker("postgres", breaker_seconds, _is_outage)
         self._closed = False
         self._watchdog = _Watchdog()
         self._statement_timeout: float | None = timeout  # as set for the session
@@ -321,7 +330,7 @@ class PostgresStore:
         statement gets the watchdog's deadline (``statement`` seconds, default the
         session's statement timeout, plus a grace); one that passes it is a
         :class:`StoreError` (not run again: the server did not answer)."""
-        with self._lock, _translated(action):
+        with self._lock, self._breaker.guard(action), _translated(action):
             if self._db.closed and not self._closed:
                 self._reconnect()
             try:

@@ -47,6 +47,7 @@ from ctxwarden.store.base import (
     text_body,
     verified_text,
 )
+from ctxwarden.store.breaker import Breaker
 
 __all__ = ["DEFAULT_TIMEOUT", "RedisStore"]
 
@@ -81,6 +82,11 @@ def _translated(action: str) -> Iterator[None]:
         raise StoreError(f"redis store failed to {action}: {one_line(str(exc))}") from exc
 
 
+def _is_outage(cause: BaseException) -> bool:
+    """Whether a driver error means the server did not answer."""
+    return isinstance(cause, redis.ConnectionError | redis.TimeoutError)
+
+
 def _segment(name: str) -> str:
     return quote(name.encode("utf-8", "surrogatepass"), safe="")
 
@@ -99,6 +105,7 @@ class RedisStore:
         ttl_seconds: float = 30 * 86400,
         namespace: str = "ctxwarden",
         timeout: float = DEFAULT_TIMEOUT,
+        breaker_seconds: float = 0.0,
     ) -> None:
         if ttl_seconds <= 0:
             raise StoreError("redis store needs a positive ttl")
@@ -109,6 +116,7 @@ class RedisStore:
         self.namespace = namespace
         self._ttl_ms = max(1, round(ttl_seconds * 1000))
         self._lock = threading.Lock()
+        self._breaker = Breaker("redis", breaker_seconds, _is_outage)
         with _translated("connect"):
             try:
                 # the URL's query parameters win over these (redis-py's rule)
@@ -123,6 +131,13 @@ class RedisStore:
                 raise StoreError(f"redis store failed to connect: invalid url: {exc}") from exc
             self._redis.ping()
             self._put = self._redis.register_script(_PUT)
+
+    @contextmanager
+    def _calling(self, action: str) -> Iterator[None]:
+        """One call to the server: under the lock, through the breaker, its errors
+        translated to a :class:`StoreError` naming ``action``."""
+        with self._lock, self._breaker.guard(action), _translated(action):
+            yield
 
     # -- keys --------------------------------------------------------------------------
 
@@ -165,7 +180,7 @@ class RedisStore:
         ref = make_ref(digest)
         key = self.artifact_key(tenant, ref)
         args: list[Any] = [digest, body, len(body), repr(time.time()), self._ttl_ms, b""]
-        with self._lock, _translated("store an artifact"):
+        with self._calling("store an artifact"):
             if self._put(keys=[key], args=args):
                 return ref
             found: list[Any] = self._redis.hmget(key, ["digest", "body"])
@@ -182,7 +197,7 @@ class RedisStore:
     def get(self, tenant: str, ref: str) -> str:
         """The verified text; refreshes the expiry (a missing key is not created)."""
         key = self.artifact_key(tenant, ref)
-        with self._lock, _translated("read an artifact"):
+        with self._calling("read an artifact"):
             pipe = self._redis.pipeline(transaction=True)
             pipe.hmget(key, ["digest", "body"])
             pipe.pexpire(key, self._ttl_ms)
@@ -197,7 +212,7 @@ class RedisStore:
         return verified_text(ref, digest, body)
 
     def has(self, tenant: str, ref: str) -> bool:
-        with self._lock, _translated("look up an artifact"):
+        with self._calling("look up an artifact"):
             return bool(self._redis.exists(self.artifact_key(tenant, ref)))
 
     def missing(self, tenant: str, refs: Collection[str]) -> frozenset[str]:
@@ -207,7 +222,7 @@ class RedisStore:
         ordered = list(dict.fromkeys(refs))
         if not ordered:
             return frozenset()
-        with self._lock, _translated("look up artifacts"):
+        with self._calling("look up artifacts"):
             pipe = self._redis.pipeline(transaction=False)
             for ref in ordered:
                 pipe.pexpire(self.artifact_key(tenant, ref), self._ttl_ms)
@@ -217,13 +232,13 @@ class RedisStore:
     # -- session state -----------------------------------------------------------------
 
     def get_state(self, tenant: str, session: str) -> bytes | None:
-        with self._lock, _translated("read session state"):
+        with self._calling("read session state"):
             value = self._redis.get(self.state_key(tenant, session))
         return None if value is None else state_bytes(value)
 
     def put_state(self, tenant: str, session: str, state: bytes) -> None:
         """Replace the state; it expires ``ttl`` after this write."""
-        with self._lock, _translated("write session state"):
+        with self._calling("write session state"):
             self._redis.set(self.state_key(tenant, session), state, px=self._ttl_ms)
 
     # -- maintenance -------------------------------------------------------------------
@@ -233,7 +248,7 @@ class RedisStore:
         artifacts: list[bytes] = []
         sessions = 0
         tenants: set[str] = set()
-        with self._lock, _translated("read stats"):
+        with self._calling("read stats"):
             for key, tenant, kind in self._scan():
                 tenants.add(tenant)
                 if kind == "a":
@@ -261,7 +276,7 @@ class RedisStore:
         if now is None:
             return 0
         dropped = 0
-        with self._lock, _translated("collect garbage"):
+        with self._calling("collect garbage"):
             keys = [(key, kind) for key, _, kind in self._scan()]
             pipe = self._redis.pipeline(transaction=False)
             for key, _ in keys:
