@@ -322,7 +322,13 @@ def argument_error_lines(arguments: str) -> frozenset[str]:
     return frozenset(found)
 
 
-_WORD_RE = re.compile(r"[A-Za-z0-9_$][A-Za-z0-9_$./:-]*[A-Za-z0-9_$]|\d{2,}")
+_WORD_RE = re.compile(
+    # a slash that starts a run is part of the word: ``/testbed/app/models.py`` and
+    # ``/api/items`` are not the relative ``testbed/app/models.py`` and ``api/items``
+    # (a run like ``./src`` or ``a/b`` is matched from its first word character, as before)
+    r"(?:(?<![A-Za-z0-9_$./:-])/(?=[A-Za-z_$]))?[A-Za-z0-9_$][A-Za-z0-9_$./:-]*[A-Za-z0-9_$]"
+    r"|\d{2,}"
+)
 _PATH_RE = re.compile(
     # each alternative starts only where a run of its characters starts: a match from
     # inside a run would be the same match, and trying every position of a long word
@@ -340,6 +346,8 @@ def distinctive_set(text: str) -> frozenset[str]:
 
 def _distinctive(word: str) -> bool:
     if len(word) < 4:
+        if len(word) == 3 and ("_" in word or "/" in word):
+            return any(c.isalpha() for c in word)  # i_0, r_s, /db: short names all the same
         return word.isdigit() and len(word) >= 2
     if word.isdigit():
         return True
@@ -350,7 +358,9 @@ def _distinctive(word: str) -> bool:
 
 
 def distinctive_strings(text: str) -> list[str]:
-    """Paths, dotted / snake / camel identifiers and numbers, in first-seen order."""
+    """Paths (an absolute one with its leading slash), dotted / snake / camel identifiers
+    (three characters are enough with an underscore: ``i_0``) and numbers, in first-seen
+    order."""
     return list(_distinctive_tuple(text))
 
 

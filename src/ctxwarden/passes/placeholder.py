@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import (
     ANSI_RE,
-    TextSearch,
     error_lines,
     exit_status,
     mention_scores,
@@ -229,12 +228,12 @@ def _tokens(text: str) -> set[str]:
 def _not_shown(
     scored: Collection[tuple[str, float]], shown_text: str, error_set: set[str], digest: Digest
 ) -> list[str]:
-    """The mentions scoring enough that ``shown_text`` does not hold, in order: a
-    mention that is a whole token of it is shown without a search, and the searches
-    are capped (an output with thousands of distinct error lines, all shown, and as
-    many hidden names took seconds per placeholder); past the cap a mention counts as
-    not shown and is listed: a few tokens more, never less shown."""
-    shown = TextSearch(shown_text, _tokens, capped=True)
+    """The mentions scoring enough that ``shown_text`` does not show, in order. A
+    mention is shown only as a whole token of it: ``10`` inside ``710 tokens`` or
+    ``parse`` inside ``parse_header`` is not the string the agent would look for (and
+    a set lookup per mention is linear, where a substring search per mention took
+    seconds on a placeholder with thousands of error lines)."""
+    shown = _tokens(shown_text)
     return [
         w
         for w, score in scored
