@@ -98,3 +98,67 @@ def test_a_result_whose_placeholder_is_rolled_back_keeps_every_block() -> None:
     assert result.report["rollbacks"] >= 40
     newer = result.request["messages"][4]["content"][0]["content"]
     assert PART_STUB.match(newer[1]["text"])  # another result's group stands
+
+
+_WORD_LIST = [
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "green",
+    "table",
+    "window",
+    "garden",
+    "silver",
+    "forest",
+    "candle",
+    "mirror",
+]
+
+
+def _plain(k: int) -> str:  # no distinctive string at all, distinct per block
+    def row(i: int) -> str:
+        return " ".join(_WORD_LIST[(k * 7 + i * 3 + j) % 12] for j in range(14))
+
+    return "\n".join(row(i) for i in range(12))
+
+
+def _edited_history(clear: bool, extra: int) -> dict[str, Any]:
+    """A result of seven blocks whose placeholder leaves out the names a newer
+    output's placeholder lists; the client clears that newer output (``clear``)."""
+    names = [f"mod_alpha_{i}.py" for i in range(8)]
+    first = "results for the query\n" + "\n".join(f"found symbol in {x}" for x in names)
+    blocks = [{"type": "text", "text": first}] + [
+        {"type": "text", "text": _plain(k)} for k in range(6)
+    ]
+    newer = "\n".join([f"warning in {x}" for x in names] + [_plain(9)] * 3)
+
+    def turn(cid: str, content: Any) -> list[dict[str, Any]]:
+        use = {"type": "tool_use", "id": cid, "name": "search", "input": {"q": cid}}
+        result = {"type": "tool_result", "tool_use_id": cid, "content": content}
+        return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    messages += turn("a", blocks) + turn("b", "[cleared]" if clear else newer) + turn("c", "done")
+    for i in range(extra):
+        messages += [
+            {"role": "assistant", "content": f"step {i}"},
+            {"role": "user", "content": "go"},
+        ]
+    messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "continue"}]
+    return {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": messages}
+
+
+def test_stubs_never_outlive_the_placeholder_that_names_their_original() -> None:
+    engine = make_engine("balanced", FORCE)
+    originals = [
+        b["text"] for b in _edited_history(False, 0)["messages"][2]["content"][0]["content"]
+    ]
+    for clear, extra in [(False, 0), (True, 1), (True, 2)]:
+        request = _edited_history(clear, extra)
+        sent = engine.condense(request, api="anthropic.messages", session="s").request
+        blocks = _oldest(sent)
+        recalled = [engine.recall(ref) for ref in refs_in(blocks[0])]
+        for block, original in zip(blocks[1:], originals[1:], strict=True):
+            if PART_STUB.match(block):  # its original one recall away, from the first block
+                assert any(original in text for text in recalled), (clear, extra)

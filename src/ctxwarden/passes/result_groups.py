@@ -15,6 +15,7 @@ result together or not at all (:attr:`~ctxwarden.passes.base.Replacement.joint`)
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
@@ -22,7 +23,9 @@ from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import error_lines, shown_error_line
 
-__all__ = ["ResultGroup", "part_stub", "result_groups"]
+_STUB_RE = re.compile(r"\[ctxwarden: part \d+/\d+, see above\]")
+
+__all__ = ["ResultGroup", "is_part_stub", "part_stub", "result_groups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,12 @@ def result_groups(candidates: list[Segment], segments: list[Segment]) -> dict[Pa
 
 def _has_text(segment: Segment) -> bool:
     return not segment.text.isspace() and bool(segment.text)
+
+
+def is_part_stub(text: str) -> bool:
+    """Whether ``text`` is a block's stub (:func:`part_stub`): it names no reference,
+    so it stands only beside its result's placeholder."""
+    return _STUB_RE.match(text) is not None
 
 
 def part_stub(number: int, count: int, block: Segment) -> tuple[str, tuple[str, ...]]:

@@ -44,6 +44,7 @@ from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.mask import MaskPass
 from ctxwarden.passes.normalize import NormalizePass
+from ctxwarden.passes.result_groups import is_part_stub
 from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
 from ctxwarden.pipeline.presets import (
     PipelineConfig,
@@ -380,6 +381,8 @@ class Condenser:
         if edited:
             for path in self._without_their_mentions(view, frozen):
                 del frozen[path], kept[path]
+        for path in _orphaned_stubs(frozen, kept, by_key):
+            del frozen[path], kept[path]  # the block is sent as it is again
         return frozen, failed, kept
 
     def _replacement(self, decision: Decision) -> Replacement:
@@ -725,6 +728,25 @@ def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: 
     key, ref = witness
     segment = by_key.get(key)
     return segment is not None and _reads_as(segment, ref, common)
+
+
+def _orphaned_stubs(
+    frozen: dict[Path, Replacement],
+    kept: dict[Path, tuple[str, Decision]],
+    by_key: dict[str, Segment],
+) -> list[Path]:
+    """Frozen part stubs of a result of several blocks whose first block no longer
+    carries the placeholder naming their original (it was dropped, or condensed anew):
+    a stub names no reference, so alone it would hide its block for good."""
+    out = []
+    for path, (_, decision) in kept.items():
+        if decision.witness is None or not is_part_stub(decision.text):
+            continue
+        first = by_key.get(decision.witness[0])
+        placeholder = frozen.get(first.path) if first is not None else None
+        if placeholder is None or not set(decision.refs) <= set(placeholder.refs):
+            out.append(path)
+    return out
 
 
 def _joined(proposals: list[tuple[Path, Replacement]], i: int) -> bool:
