@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ctxwarden.config import EngineConfig
 from ctxwarden.errors import CtxwardenError, MalformedRequest, ReplayError
 from ctxwarden.replay.cache import cache_expired, effective_cached, request_cost
@@ -39,7 +37,7 @@ from ctxwarden.replay.signals import distinctive_tokens
 from ctxwarden.replay.subjects import EngineSubject, MaskSubject, Subject, make_subject
 from ctxwarden.replay.view import MessageInfo, RequestView, Step
 from ctxwarden.replay.views import Featured, WorstViews
-from ctxwarden.replay.wire import action_text
+from ctxwarden.replay.wire import action_text, decoded_strings
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import load_registry
 
@@ -146,20 +144,7 @@ def _held(original: str, text: str) -> bool:
         return True
     if not original.startswith("{"):
         return False
-    try:
-        value = orjson.loads(original)
-    except orjson.JSONDecodeError:
-        return False
-    leaves: list[str] = []
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            leaves.append(node)
-        elif isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            stack.extend(node.values())
+    leaves = list(decoded_strings(original))  # ``original`` itself when not JSON: not held
     return bool(leaves) and all(leaf in text for leaf in leaves)
 
 

@@ -26,6 +26,7 @@ from ctxwarden.adapters.openai_responses import is_model_item
 __all__ = [
     "MESSAGE_KEYS",
     "action_text",
+    "decoded_strings",
     "header_of",
     "item_role",
     "item_skeleton",
@@ -126,7 +127,9 @@ def item_texts(item: Any) -> list[tuple[bool, str]]:
     return out
 
 
-def _decoded(text: str) -> Iterator[str]:
+def decoded_strings(text: str) -> Iterator[str]:
+    """The string values of ``text`` read as JSON, at any depth; ``text`` itself when it
+    is not JSON."""
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -150,7 +153,7 @@ def action_text(action: Any) -> str:
     for item in items:
         for _, text in item_texts(item):
             if text.startswith(("{", "[")):
-                texts.extend(_decoded(text))
+                texts.extend(decoded_strings(text))
             else:
                 texts.append(text)
     return "\n".join(texts)
