@@ -57,31 +57,12 @@ def _shown_words(
 
 
 def _replaced_tokens(
-    segment: Segment,
-    ctx: PassContext,
-    decided: Mapping[Path, Replacement],
-    stubs: Mapping[Path, Replacement] | None = None,
-    group: ResultGroup | None = None,
+    segment: Segment, ctx: PassContext, decided: Mapping[Path, Replacement]
 ) -> int:
     """The tokens of what a placeholder of ``segment`` replaces: a normalization's
-    text, else the output; for a result of several blocks, of its first block and
-    each block ``stubs`` replaces."""
-    if group is not None and stubs is not None:
-        replaced = [b for b in group.blocks[1:] if b.path in stubs]
-        return sum(_replaced_tokens(b, ctx, decided) for b in (group.blocks[0], *replaced))
+    text, else the output."""
     held = decided.get(segment.path)
     return segment.tokens if held is None else ctx.counter.count_text(held.text)
-
-
-def _output_tokens(
-    segment: Segment, stubs: Mapping[Path, Replacement], group: ResultGroup | None
-) -> int:
-    """The tokens of the output a placeholder stands for (``max_ratio`` is of these):
-    ``segment``'s, or of the blocks of a result of several that it and ``stubs``
-    replace."""
-    if group is None:
-        return segment.tokens
-    return group.blocks[0].tokens + sum(b.tokens for b in group.blocks[1:] if b.path in stubs)
 
 
 class MaskPass:
@@ -187,10 +168,8 @@ class MaskPass:
             original = ((ref, segment.text),)
             group = groups.get(segment.path)
             stubs = self._stubs(group, original, ctx) if group else {}
-            tokens = ctx.counter.count_text(text)
-            tokens += sum(ctx.counter.count_text(r.text) for r in stubs.values())
-            replaced = _replaced_tokens(segment, ctx, decided, stubs, group)
-            if tokens > self.config.max_ratio * _output_tokens(segment, stubs, group):
+            tokens, replaced, fits = self._weigh(segment, text, group, stubs, ctx, decided)
+            if not fits:
                 continue
             if shown is not None:  # the placeholder shows its body and its mentions
                 shown.update(distinctive_set(body) | frozenset(mentions))
@@ -210,12 +189,12 @@ class MaskPass:
         holds while the first block, which carries the placeholder, reads the same. A
         block no longer than its stub stays as it is."""
         count = len(group.blocks)
+        first = group.blocks[0].path  # its placeholder says what the stubs stand for
         out = {}
         for number, block in enumerate(group.blocks[1:], start=2):
             stub, errors = part_stub(number, count, block)
             if block.tokens <= ctx.counter.count_text(stub):  # no longer than its stub
                 continue
-            first = group.blocks[0].path  # its placeholder says what the stub stands for
             out[block.path] = Replacement(
                 stub, self.name, originals=original, kept_lines=errors, witness=first, joint=first
             )
@@ -244,15 +223,36 @@ class MaskPass:
             chosen.append((segment, built))
             body, _, keywords = built
             mentions = keywords[: self._cap(segment)]
-            tokens = ctx.counter.count_text(
-                body + "\n" + mentions_line(mentions) if mentions else body
-            )
+            text = body + "\n" + mentions_line(mentions) if mentions else body
             group = groups.get(segment.path)
             stubs = self._stubs(group, (), ctx) if group else {}
-            tokens += sum(ctx.counter.count_text(r.text) for r in stubs.values())
-            if tokens <= self.config.max_ratio * _output_tokens(segment, stubs, group):
-                saved += max(0, _replaced_tokens(segment, ctx, decided, stubs, group) - tokens)
+            tokens, replaced, fits = self._weigh(segment, text, group, stubs, ctx, decided)
+            if fits:
+                saved += max(0, replaced - tokens)
         return chosen
+
+    def _weigh(
+        self,
+        segment: Segment,
+        text: str,
+        group: ResultGroup | None,
+        stubs: Mapping[Path, Replacement],
+        ctx: PassContext,
+        decided: Mapping[Path, Replacement],
+    ) -> tuple[int, int, bool]:
+        """A placeholder ``text`` of ``segment`` (with ``stubs``, for a result of
+        several blocks): its tokens, those of what it replaces (a normalization's text,
+        else the output, of each block it covers) and whether it is within ``max_ratio``
+        of the output it stands for."""
+        if group is None:
+            covered = [segment]
+        else:
+            covered = [group.blocks[0], *(b for b in group.blocks[1:] if b.path in stubs)]
+        tokens = ctx.counter.count_text(text)
+        tokens += sum(ctx.counter.count_text(r.text) for r in stubs.values())
+        replaced = sum(_replaced_tokens(b, ctx, decided) for b in covered)
+        output = sum(b.tokens for b in covered)
+        return tokens, replaced, tokens <= self.config.max_ratio * output
 
     def mentions_of(self, segment: Segment) -> tuple[str, ...]:
         """The strings a placeholder of ``segment`` lists at most (before any is left
