@@ -162,3 +162,28 @@ def test_stubs_never_outlive_the_placeholder_that_names_their_original() -> None
         for block, original in zip(blocks[1:], originals[1:], strict=True):
             if PART_STUB.match(block):  # its original one recall away, from the first block
                 assert any(original in text for text in recalled), (clear, extra)
+
+
+class _Refuses(MemoryStore):
+    """A store that refuses every write of a text holding ``marker``, and counts them."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+        self.refused = 0
+
+    def put(self, tenant: str, text: str) -> str:
+        if self.marker in text:
+            self.refused += 1
+            raise OSError("disk full")
+        return super().put(tenant, text)
+
+
+def test_a_joint_whose_original_cannot_be_stored_is_tried_once() -> None:
+    request = _request(turns=3)
+    store = _Refuses(_block(0, 0) + "\n" + _block(0, 1))  # the oldest output, whole
+    engine = make_engine("balanced", FORCE, store=store)
+    result = engine.condense(request, api="anthropic.messages", session="s")
+    assert _oldest(result.request) == _oldest(request)
+    assert store.refused == 1  # not once more for each of its 39 stubs
+    assert result.report["segment_failures"] == 1

@@ -601,37 +601,58 @@ class Condenser:
         report: dict[str, Any],
     ) -> dict[Path, Replacement]:
         """Validate each adopted replacement and store its originals; roll back failures
-        (each alone, but the replacements of one joint together). An original stored
-        for one replacement is not stored again for the next that names it."""
+        (each alone, but the replacements of one joint together: once one fails, the
+        rest of its joint is not tried). An original stored for one replacement is not
+        stored again for the next that names it."""
         kept: dict[Path, Replacement] = {}
         stored_now: set[str] = set()
+        broken: set[Path] = set()  # joints a member of which failed
+        applied = {**frozen, **adopted}
         for path, rep in adopted.items():
-            segment = view.segment(path)
-            if segment is None or not rep.text.strip():
+            if rep.joint is not None and rep.joint in broken:
                 report["rollbacks"] += 1
                 continue
-            if not self._errors_visible(view, segment, rep, {**frozen, **adopted}):
+            if not self._commits(view, path, rep, applied, tenant, stored_now, report):
                 report["rollbacks"] += 1
-                continue
-            try:
-                for ref, original in rep.originals:
-                    if ref in stored_now:
-                        continue
-                    stored = self.store.put(tenant, original)
-                    if stored != ref or self.store.get(tenant, ref) != original:
-                        raise ValueError("artifact does not read back")
-                    stored_now.add(ref)
-                    report["artifacts_stored"] += 1
-            except Exception:  # a store failure is local to this segment
-                report["segment_failures"] += 1
-                report["rollbacks"] += 1
+                if rep.joint is not None:
+                    broken.add(rep.joint)
                 continue
             kept[path] = rep
-        broken = {r.joint for p, r in adopted.items() if r.joint is not None and p not in kept}
         for path in [p for p, r in kept.items() if r.joint in broken]:
             del kept[path]
             report["rollbacks"] += 1
         return kept
+
+    def _commits(
+        self,
+        view: SegmentView,
+        path: Path,
+        rep: Replacement,
+        applied: dict[Path, Replacement],
+        tenant: str,
+        stored_now: set[str],
+        report: dict[str, Any],
+    ) -> bool:
+        """Whether ``rep`` passes its segment's checks and its originals are stored
+        (those not in ``stored_now`` yet, which it then holds)."""
+        segment = view.segment(path)
+        if segment is None or not rep.text.strip():
+            return False
+        if not self._errors_visible(view, segment, rep, applied):
+            return False
+        try:
+            for ref, original in rep.originals:
+                if ref in stored_now:
+                    continue
+                stored = self.store.put(tenant, original)
+                if stored != ref or self.store.get(tenant, ref) != original:
+                    raise ValueError("artifact does not read back")
+                stored_now.add(ref)
+                report["artifacts_stored"] += 1
+        except Exception:  # a store failure is local to this segment
+            report["segment_failures"] += 1
+            return False
+        return True
 
     @staticmethod
     def _errors_visible(
