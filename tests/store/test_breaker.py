@@ -102,3 +102,16 @@ def test_a_stalled_server_costs_one_timeout_then_calls_fail_at_once(
         assert store.get("t", ref) == "kept through the outage"
     finally:
         store.close()
+
+
+def test_a_live_postgres_servers_refusal_is_no_outage() -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from psycopg import errors
+
+    from ctxwarden.store.postgres_store import _is_outage
+
+    for refusal in (errors.DeadlockDetected, errors.SerializationFailure, errors.DiskFull):
+        assert not _is_outage(refusal())  # the server answered
+    for outage in (errors.ConnectionFailure, errors.AdminShutdown, errors.QueryCanceled):
+        assert _is_outage(outage())
+    assert _is_outage(psycopg.OperationalError("no answer from the server"))  # client side

@@ -117,10 +117,22 @@ def _translated(action: str) -> Iterator[None]:
         raise StoreError(f"postgres store failed to {action}: {one_line(str(exc))}") from exc
 
 
+_OUTAGE_STATES = frozenset({"57014", "57P01", "57P02", "57P03"})
+"""SQLSTATEs of a server that is not serving: a statement cancelled at its timeout,
+an administrator or crash shutdown, a server that cannot connect now (with class 08,
+connection exceptions)."""
+
+
 def _is_outage(cause: BaseException) -> bool:
-    """Whether a driver error means the server did not answer (a connection refused,
-    lost or timed out, or a statement the store gave up on)."""
-    return isinstance(cause, psycopg.OperationalError)
+    """Whether a driver error means the server did not answer: an operational error
+    raised on the client side (a connection refused, lost or timed out, a statement the
+    store's watchdog gave up on: no SQLSTATE) or one of :data:`_OUTAGE_STATES` or class
+    08. A live server's refusal (a deadlock, a serialization failure, a lock timeout, a
+    full disk) is not one."""
+    if not isinstance(cause, psycopg.OperationalError):
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in _OUTAGE_STATES
 
 
 def _set_by_user(params: dict[str, Any], name: str) -> bool:
