@@ -43,7 +43,7 @@ from ctxwarden.errors import (
     reraise_fatal,
     store_failure,
 )
-from ctxwarden.model.classify import classify
+from ctxwarden.model.classify import classify, signed_reasoning_end
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes, wire_size
 from ctxwarden.model.session import derive_session_key
@@ -340,6 +340,7 @@ class Engine:
                 element_tokens=element_tokens,
                 element_hashes=hashes,
                 one_shot=one_shot,
+                new_edits_from=self._thinking_bound(conversation, info),
             )
             try:
                 rendered, rendered_size = self._render_checked(
@@ -384,6 +385,15 @@ class Engine:
             result_request = dict(request)
         report["duration_ms"] = _ms(started)
         return CondenseResult(result_request, report)
+
+    def _thinking_bound(self, conversation: Conversation, info: ModelInfo | None) -> int:
+        """Where new replacements may start (``Condenser.run``'s ``new_edits_from``):
+        after the last signed thinking block of a Messages request to a model that
+        binds thinking to its prefix, which refuses the block (400) once anything
+        before it differs from what it was produced for; 0 otherwise."""
+        if conversation.api != "anthropic.messages" or not self.registry.binds_thinking(info):
+            return 0
+        return signed_reasoning_end(conversation)
 
     @staticmethod
     def _render_checked(

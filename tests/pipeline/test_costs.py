@@ -18,3 +18,16 @@ def test_common_prefix_is_the_longest_shared_start(a: list[str], b: list[str], k
     assert a[:n] == b[:n]
     assert n == min(len(a), len(b)) or a[n] != b[n]
     assert common_prefix(b, a) == n
+
+
+def test_conservative_prices_add_the_models_own_when_they_differ_from_both() -> None:
+    from ctxwarden.pipeline.costs import price_styles
+    from ctxwarden.tokens.registry import load_registry
+
+    registry = load_registry()
+    usual = price_styles("conservative", registry.pricing_for(registry.lookup("gpt-4o")))
+    assert [s.name for s in usual] == ["openai", "anthropic"]
+    cheap_reads = registry.pricing_for(registry.lookup("claude-fable-5-1"))
+    styles = price_styles("conservative", cheap_reads)
+    assert [s.name for s in styles] == ["openai", "anthropic", "model"]
+    assert styles[-1].read == 0.025 and styles[-1].write == 1.25

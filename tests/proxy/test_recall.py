@@ -502,3 +502,30 @@ async def test_text_of_every_round_stays_when_the_round_limit_strips_a_call(
             choice = await _chat(proxy, ref, stream=stream)
             assert choice.message.content == "still thinking." * 2
             assert not choice.message.tool_calls and choice.finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    ("thinking", "injected"),
+    [
+        (None, True),
+        ({"type": "disabled"}, True),
+        ({"type": "enabled", "budget_tokens": 2048}, False),
+        ({"type": "adaptive"}, False),
+    ],
+)
+def test_no_recall_tool_for_a_messages_request_that_asks_for_thinking(
+    thinking: dict[str, Any] | None, injected: bool
+) -> None:
+    # its recall rounds would be spliced into one assistant message, and signed
+    # thinking blocks come back valid only in the message they were produced in
+    request: dict[str, Any] = {
+        "model": "claude-sonnet-4-5", "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "bash", "input_schema": {"type": "object"}}],
+    }  # fmt: skip
+    if thinking is not None:
+        request["thinking"] = thinking
+    out = DIALECTS["anthropic.messages"].inject(request)
+    assert (out is not None) is injected
+    if out is not None:
+        assert [t["name"] for t in out["tools"]] == ["bash", RECALL_TOOL_NAME]

@@ -396,15 +396,26 @@ ANTHROPIC_TOOLS: Any = [
 ANTHROPIC_SYSTEM: Any = [{"type": "text", "text": SYSTEM, "cache_control": CACHE}]
 
 
-async def _message(client: anthropic.AsyncAnthropic, stream: bool, messages: list[Item]) -> Any:
+NOT_BINDING = "claude-opus-5"
+"""A model that does not bind its thinking blocks to their prefix (the registry's
+``binds_thinking``): what precedes them may be condensed."""
+
+
+async def _message(
+    client: anthropic.AsyncAnthropic, stream: bool, messages: list[Item],
+    model: str = NOT_BINDING, thinking: bool = False,
+) -> Any:  # fmt: skip
+    """A Messages call; ``thinking``: the request asks for it (the proxy then offers no
+    recall tool, whose rounds it would splice into one signed assistant turn)."""
     kwargs: dict[str, Any] = {
-        "model": "claude-fake-model",
+        "model": model,
         "max_tokens": 4096,
         "system": ANTHROPIC_SYSTEM,
         "messages": messages,
         "tools": ANTHROPIC_TOOLS,
-        "thinking": {"type": "enabled", "budget_tokens": 2048},
     }
+    if thinking:
+        kwargs["thinking"] = {"type": "enabled", "budget_tokens": 2048}
     if not stream:
         return await client.beta.messages.create(**kwargs)
     async with client.beta.messages.stream(**kwargs) as s:
@@ -662,7 +673,7 @@ async def test_anthropic_result_arrays_thinking_server_tools_and_system_messages
 ) -> None:
     wire = Wire()
     messages, newest = _anthropic_history()
-    kept = ("system", "tools", "thinking", "max_tokens")
+    kept = ("system", "tools", "max_tokens")
     async with _anthropic(proxy, wire) as client:
         message = await _message(client, stream, messages)
         assert [b.type for b in message.content] == ["text"]
@@ -690,6 +701,25 @@ async def test_anthropic_result_arrays_thinking_server_tools_and_system_messages
     await check_condensed(proxy, wire.sent[-1], recall_round, "messages", newest + 3, kept)
     await check_event(proxy, 2)
     assert _recall_answer("messages", answered.json()) == value_at(json.loads(wire.sent[0]), path)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_thinking_bound_to_its_prefix_is_sent_after_what_it_was_produced_for(
+    proxy: Proxy, stream: bool
+) -> None:
+    # a model that binds thinking blocks to their prefix refuses one whose prefix
+    # changed: nothing before the newest signed block is rewritten (here: everything
+    # the proxy could condense), and a request asking for thinking gets no recall tool
+    wire = Wire()
+    messages, _ = _anthropic_history()
+    async with _anthropic(proxy, wire) as client:
+        message = await _message(client, stream, messages, "claude-fable-5-1", thinking=True)
+    assert message.content[0].text == TEXT
+    sent, got = json.loads(wire.sent[-1]), proxy.fake.received[-1].json()
+    assert _without_added_breakpoints(sent, got) == sent
+    assert sent["messages"] == messages and sent["thinking"]["type"] == "enabled"
+    event = proxy.recorder.last(route="messages")
+    assert event["status"] == 200 and not event.get("fallbacks")
 
 
 @pytest.mark.parametrize("api", ["responses", "chat", "messages"])

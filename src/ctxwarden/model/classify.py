@@ -33,7 +33,7 @@ from ctxwarden.model.parts import (
     ToolResultPart,
 )
 
-__all__ = ["classify", "protected_message_indexes"]
+__all__ = ["classify", "protected_message_indexes", "signed_reasoning_end"]
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
@@ -49,11 +49,24 @@ def protected_message_indexes(conversation: Conversation) -> frozenset[int]:
             break
     protected.update(range(conversation.newest_start, len(messages)))
     last = conversation.last_assistant_index
-    if last >= 0 and any(
-        isinstance(p, ReasoningPart) and (p.signed or p.redacted) for p in messages[last].parts
-    ):
+    if last >= 0 and any(_signed(p) for p in messages[last].parts):
         protected.add(last)
     return frozenset(protected)
+
+
+def signed_reasoning_end(conversation: Conversation) -> int:
+    """One past the index of the last message carrying signed or redacted reasoning
+    (0 when none does): for a model that binds its thinking blocks to what precedes
+    them, the messages before this index are what the newest such block was produced
+    for."""
+    for i in range(len(conversation.messages) - 1, -1, -1):
+        if any(_signed(p) for p in conversation.messages[i].parts):
+            return i + 1
+    return 0
+
+
+def _signed(part: Part) -> bool:
+    return isinstance(part, ReasoningPart) and (part.signed or part.redacted)
 
 
 P = TypeVar("P", TextPart, MediaPart, OpaquePart, ToolCallPart, ToolResultPart, ReasoningPart)

@@ -137,10 +137,14 @@ class Condenser:
         element_tokens: list[int],
         element_hashes: list[str] | None = None,
         one_shot: bool = False,
+        new_edits_from: int = 0,
     ) -> CondenseOutcome:
         """Condense ``conversation``; ``element_tokens`` are its per-element counts.
         ``one_shot``: as the first request of a new session, its state neither read
-        nor written (the commits store originals only)."""
+        nor written (the commits store originals only). ``new_edits_from``: no new
+        replacement goes into a message before this index (the adopted ones there are
+        re-applied as always): what precedes a thinking block bound to its prefix
+        stays as the block was produced for."""
         raw_state = None if one_shot else self.store.get_state(tenant, session)
         state = SessionState.decode(None) if one_shot else self._decoded(tenant, session, raw_state)
         exact_hashes = element_hashes or hash_elements(conversation)
@@ -176,12 +180,13 @@ class Condenser:
 
         if failed:  # a segment whose artifact failed stays as it was for this request
             view = replace(view, eligible=view.eligible - failed)
-        new = self._propose(view, frozen, counter, band, target, frozen_total)
+        proposing = _from_message(view, new_edits_from)
+        new = self._propose(proposing, frozen, counter, band, target, frozen_total)
         if target is not None:  # the band forces a step
             unrelaxed = dict(new)
             saving = self._total_saving(view, new, counter, frozen)
             if frozen_total - saving >= budget.soft_trigger:
-                relaxed = replace(view, recent=frozenset(), relevant=frozenset())
+                relaxed = replace(proposing, recent=frozenset(), relevant=frozenset())
                 left = target - saving
                 new.update(
                     self._propose(relaxed, {**frozen, **new}, counter, band, left, frozen_total)
@@ -774,6 +779,18 @@ def _joined(proposals: list[tuple[Path, Replacement]], i: int) -> bool:
     """Whether the proposal after the ``i``-th is taken with it (the same joint)."""
     joint = proposals[i][1].joint
     return joint is not None and i + 1 < len(proposals) and proposals[i + 1][1].joint == joint
+
+
+def _from_message(view: SegmentView, start: int) -> SegmentView:
+    """``view`` with only the segments of message ``start`` onward eligible."""
+    if start <= 0:
+        return view
+    eligible = frozenset(
+        path
+        for path in view.eligible
+        if (segment := view.segment(path)) is not None and segment.message_index >= start
+    )
+    return replace(view, eligible=eligible)
 
 
 def _oldest_first(

@@ -26,17 +26,27 @@ class PriceStyle:
 
 
 def price_styles(kind: str, model_pricing: CachePricing) -> list[PriceStyle]:
-    """The styles a step must pay off under (``conservative`` is OpenAI and Anthropic)."""
+    """The styles a step must pay off under: ``conservative`` is OpenAI's and
+    Anthropic's usual prices, and the model's own when they differ from both (a model
+    whose cached reads cost less, which a step's rewrite takes longer to pay for)."""
     openai = PriceStyle("openai", 0.1, 1.0, 1024)
     anthropic = PriceStyle("anthropic", 0.1, 1.25, 1024)
+    p = model_pricing
+    model = PriceStyle("model", p.cached_read, p.cache_write, p.min_cacheable_tokens)
     if kind == "openai":
         return [openai]
     if kind == "anthropic":
         return [anthropic]
     if kind == "model":
-        p = model_pricing
-        return [PriceStyle("model", p.cached_read, p.cache_write, p.min_cacheable_tokens)]
-    return [openai, anthropic]
+        return [model]
+    usual = [openai, anthropic]
+    if any(_same_prices(model, style) for style in usual):
+        return usual
+    return [*usual, model]
+
+
+def _same_prices(a: PriceStyle, b: PriceStyle) -> bool:
+    return (a.read, a.write, a.min_cacheable) == (b.read, b.write, b.min_cacheable)
 
 
 _BLOCK = 64

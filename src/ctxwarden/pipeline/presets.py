@@ -78,7 +78,8 @@ class PlannerConfig(_Strict):
     floor_ratio: float = Field(0.01, ge=0, le=1, description="...nor this share of the request.")
     price_style: Literal["model", "openai", "anthropic", "conservative"] = Field(
         "conservative",
-        description="Cache prices a step is judged by; conservative: both OpenAI and Anthropic.",
+        description="Cache prices a step is judged by; conservative: both OpenAI and Anthropic, "
+        "and the model's own (registry) when they differ from both.",
     )
     min_expected_turns: float = Field(
         24,

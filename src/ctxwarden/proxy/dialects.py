@@ -399,6 +399,13 @@ class MessagesDialect:
     hide = staticmethod(_no_echo)
 
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Not when the request asks for thinking: the rounds that call recall would be
+        spliced into one assistant message, and a signed thinking block comes back
+        valid only in the message, and after the prefix, it was produced in
+        (Anthropic refuses a rebuilt latest assistant message, and a model that binds
+        thinking to its prefix refuses the later rounds' blocks)."""
+        if thinks(request):
+            return None
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "input_schema": tool_parameters}  # fmt: skip
         return _append_named_tool(request, spec)
@@ -451,6 +458,15 @@ class MessagesDialect:
         ):
             out["stop_reason"] = "end_turn"
         return out
+
+
+def thinks(request: dict[str, Any]) -> bool:
+    """Whether a Messages request asks for thinking (``thinking`` set to anything but
+    ``{"type": "disabled"}``)."""
+    thinking = request.get("thinking")
+    if thinking is None:
+        return False
+    return not (isinstance(thinking, dict) and thinking.get("type") == "disabled")
 
 
 def _dumps(value: Any) -> str:

@@ -66,7 +66,7 @@ from ctxwarden.proxy.owed import (
     unsettled,
 )
 from ctxwarden.proxy.recall import REF_BYTES
-from ctxwarden.proxy.relay import ClientGone, Exchange, relay, relay_with_recall
+from ctxwarden.proxy.relay import ClientGone, Exchange, Refused, relay, relay_with_recall
 from ctxwarden.proxy.request_bodies import (
     BodyStream,
     coding_to_undo,
@@ -371,17 +371,20 @@ async def _condense_one(
     _note_decision(record, state, decision, parsed)
     if decision.key is not None and responses and stored(parsed):
         ex.canary = (tenant, decision.key)  # kept under the id of the answer (rollout.py)
+    as_sent = _AsSent(ex, record, raw, parsed, owed, decoded.coded)
     if failure is not None:
         _note_failure(record, failure)
-        if owed:
-            ex.decoded = ex.server_decoded or decoded.coded
-            return await relay(ex, orjson.dumps(settle(parsed, owed)), record)
-        return await relay(ex, raw, record)
+        return await as_sent.relay()
     # a dropped request goes on as one the engine left unchanged: an agent still gets
     # the recall tool, so its tool list (the start of its cached prompt) never changes
     report: dict[str, Any] = result.report if result is not None else {}
     if result is not None:
         _report_fields(record, report)
+    session_key = report.get("session")
+    if decision.mode == "active" and state.refuses(tenant, session_key):
+        record.set(fallback_reason=_REFUSED_BEFORE, fallbacks=1, bytes_after=len(body))
+        return await as_sent.relay()
+    refused = as_sent.on_refused(state, tenant, session_key)
     out, outgoing = body, parsed
     if decision.mode == "active" and result is not None and report.get("rewritten"):
         outgoing = result.request
@@ -410,11 +413,13 @@ async def _condense_one(
             record.set(recall_injected=True, recall_rounds=0)
             stream = bool(parsed.get("stream"))
             data = orjson.dumps(injected)
-            return await relay_with_recall(ex, api, injected, data, tenant, record, stream)
+            return await relay_with_recall(
+                ex, api, injected, data, tenant, record, stream, on_refused=refused
+            )
     if out is body:
         ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
-    return await relay(ex, out, record)
+    return await relay(ex, out, record, on_refused=refused)
 
 
 async def _as_sent(
@@ -667,6 +672,49 @@ def _offers_recall(request: dict[str, Any], references: bool) -> bool:
     if kind == "any":
         return own_tools(request)
     return references or own_tools(request)
+
+
+_REFUSED_BEFORE = "proxy: refused: the upstream refused a rewrite of this session lately"
+_REFUSED_NOW = "refused: the upstream answered 400 to the rewrite; sent as the client sent it"
+
+
+@dataclass(slots=True)
+class _AsSent:
+    """The request as the client sent it (with the recall answers its tenant owes, for a
+    Responses continuation: :mod:`.owed`), to send instead of a rewrite."""
+
+    ex: Exchange
+    record: RequestRecord
+    raw: bytes
+    parsed: dict[str, Any]
+    owed: list[Any]
+    coded: bool
+
+    async def relay(self) -> web.StreamResponse:
+        if self.owed:
+            self.ex.decoded = self.ex.server_decoded or self.coded
+            return await relay(self.ex, orjson.dumps(settle(self.parsed, self.owed)), self.record)
+        self.ex.decoded = self.ex.server_decoded
+        return await relay(self.ex, self.raw, self.record)
+
+    def on_refused(self, state: ProxyState, tenant: str, session: Any) -> Refused:
+        """What :func:`relay` does when the upstream refuses the rewrite: send the
+        request as the client sent it, and when that one is accepted, send the
+        session's requests so for a while (``ProxyState.refused_sessions``): the
+        refusal was the rewrite's."""
+
+        async def resend() -> web.StreamResponse:
+            self.record.set(
+                fallback_reason=_REFUSED_NOW, fallbacks=1,
+                bytes_after=len(self.raw), recall_injected=None, recall_rounds=None,
+            )  # fmt: skip
+            self.record.at_least("warning")
+            response = await self.relay()
+            if response.status < 400:
+                state.remember_refusal(tenant, session)
+            return response
+
+        return resend
 
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"

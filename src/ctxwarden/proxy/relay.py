@@ -53,7 +53,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
@@ -210,24 +210,37 @@ def _read_whole(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
     return length is None or length <= WHOLE_JSON_BYTES
 
 
+Refused = Callable[[], Awaitable[web.StreamResponse]]
+"""What to do instead when the upstream refuses a body ctxwarden rewrote (a 400 before
+anything reached the client): send the request as the client sent it."""
+
+REFUSED_STATUS = 400
+
+
 async def relay(
-    ex: Exchange, body: Body, record: RequestRecord, length: int | None = None
-) -> web.StreamResponse:
+    ex: Exchange, body: Body, record: RequestRecord, length: int | None = None,
+    on_refused: Refused | None = None,
+) -> web.StreamResponse:  # fmt: skip
     """Send ``body`` (``length``: see ``Upstream.open``) and relay the answer (see
-    module contract)."""
+    module contract); a 400 answer is not relayed when ``on_refused`` is given: its
+    answer is."""
     started = time.perf_counter()
     try:
         async with ex.open(body, length) as upstream:
             record.headers_in(time.perf_counter() - started)
             record.set(upstream_status=upstream.status)
-            sse = _is_sse(upstream)
-            if sse or not _read_whole(ex.request, upstream):
-                return await _relay_streamed(ex, upstream, record, sse)
-            data = await _read(upstream)
-            status, headers = upstream.status, _plain_headers(ex.request, upstream)
-            json_answer = upstream.content_type == "application/json"
+            refused = on_refused is not None and upstream.status == REFUSED_STATUS
+            if not refused:
+                sse = _is_sse(upstream)
+                if sse or not _read_whole(ex.request, upstream):
+                    return await _relay_streamed(ex, upstream, record, sse)
+                data = await _read(upstream)
+                status, headers = upstream.status, _plain_headers(ex.request, upstream)
+                json_answer = upstream.content_type == "application/json"
     finally:  # read, cut off, refused or left by the client: the upstream's time
         record.add_upstream(time.perf_counter() - started)
+    if on_refused is not None and refused:
+        return await on_refused()
     if json_answer and (b'"usage"' in data or ex.canary is not None):
         obj = _loads(data)
         record.usage.observe(obj)
@@ -354,7 +367,7 @@ async def _answer(
 
 async def relay_with_recall(
     ex: Exchange, api: str, request: dict[str, Any], body: bytes, tenant: str,
-    record: RequestRecord, stream: bool,
+    record: RequestRecord, stream: bool, on_refused: Refused | None = None,
 ) -> web.StreamResponse:  # fmt: skip
     """Send ``request`` (tool injected) and run the recall loop (see module contract).
 
@@ -363,9 +376,11 @@ async def relay_with_recall(
     into 502/504) is the answer. The answer holds what the rounds that called recall
     showed besides their calls (their text, before the last round's output), as a
     stream of the same rounds shows it (:meth:`~.dialects.Dialect.with_earlier`).
+    A 400 to the first round is not the answer when ``on_refused`` is given: its
+    answer is (see :func:`relay`).
     """
     if stream:
-        return await _stream_loop(ex, api, request, body, tenant, record)
+        return await _stream_loop(ex, api, request, body, tenant, record, on_refused)
     dialect = DIALECTS[api]
     state = ex.state
     asked = request  # what the client sent (with our tool): answers must not show it
@@ -381,6 +396,8 @@ async def relay_with_recall(
         finally:  # a round the client left (the handler cancelled) counts too
             record.add_upstream(time.perf_counter() - started)
         record.set(upstream_status=status, recall_rounds=rounds)
+        if on_refused is not None and not rounds and status == REFUSED_STATUS:
+            return await on_refused()
         obj = _loads(data) if status == 200 else None
         if not isinstance(obj, dict):
             return web.Response(body=data, status=status, headers=headers)
@@ -442,7 +459,7 @@ def _add_round_usage(record: RequestRecord, obj: dict[str, Any]) -> None:
 
 async def _stream_loop(
     ex: Exchange, api: str, request: dict[str, Any], body: bytes, tenant: str,
-    record: RequestRecord,
+    record: RequestRecord, on_refused: Refused | None,
 ) -> web.StreamResponse:  # fmt: skip
     state = ex.state
     dialect = DIALECTS[api]
@@ -455,35 +472,44 @@ async def _stream_loop(
     debt: list[Any] = []  # what the stored response the client sees lacks (Responses)
     while True:
         started = time.perf_counter()
+        refused = False
         try:
             async with ex.open(body) as upstream:
                 record.headers_in(time.perf_counter() - started)
                 record.set(upstream_status=upstream.status)
-                if upstream.status != 200 or not _is_sse(upstream):
-                    data = await _read(upstream)
+                refused = (
+                    on_refused is not None and out is None and upstream.status == REFUSED_STATUS
+                )
+                if not refused:
+                    if upstream.status != 200 or not _is_sse(upstream):
+                        data = await _read(upstream)
+                        if out is None:
+                            headers = response_headers(upstream.headers)
+                            return web.Response(body=data, status=upstream.status, headers=headers)
+                        message = f"upstream answered {upstream.status} to a recall continuation"
+                        return await _fail(
+                            ex.request, out, flt, upstream.status, data, message, record
+                        )
                     if out is None:
-                        headers = response_headers(upstream.headers)
-                        return web.Response(body=data, status=upstream.status, headers=headers)
-                    message = f"upstream answered {upstream.status} to a recall continuation"
-                    return await _fail(ex.request, out, flt, upstream.status, data, message, record)
-                if out is None:
-                    out = web.StreamResponse(status=200, headers=response_headers(upstream.headers))
-                    await _prepare(out, ex.request)
-                try:
-                    await _pump(upstream, flt, out, record)
-                finally:  # the id the client was shown, if any, cut off or not
-                    if isinstance(flt, ResponsesFilter) and flt.announced():
-                        ex.answered(flt.response_id)
-                if rounds and (flt.errored or not flt.round_ended()):
-                    # a continuation that failed or stopped short: never the previous
-                    # round's ending, which would pass a truncated answer as complete
-                    record.set(error_type="UpstreamIncomplete")
-                    if flt.errored:  # its error event went out already
-                        record.cut(502)
-                        _abort(ex.request)
-                        return out
-                    message = "upstream ended a recall continuation early"
-                    return await _fail(ex.request, out, flt, 502, b"", message, record)
+                        out = web.StreamResponse(
+                            status=200, headers=response_headers(upstream.headers)
+                        )
+                        await _prepare(out, ex.request)
+                    try:
+                        await _pump(upstream, flt, out, record)
+                    finally:  # the id the client was shown, if any, cut off or not
+                        if isinstance(flt, ResponsesFilter) and flt.announced():
+                            ex.answered(flt.response_id)
+                    if rounds and (flt.errored or not flt.round_ended()):
+                        # a continuation that failed or stopped short: never the previous
+                        # round's ending, which would pass a truncated answer as complete
+                        record.set(error_type="UpstreamIncomplete")
+                        if flt.errored:  # its error event went out already
+                            record.cut(502)
+                            _abort(ex.request)
+                            return out
+                        message = "upstream ended a recall continuation early"
+                        return await _fail(ex.request, out, flt, 502, b"", message, record)
         except UpstreamError as exc:
             if out is None:
                 raise
@@ -492,6 +518,8 @@ async def _stream_loop(
             return await _fail(ex.request, out, flt, status, b"", str(exc), record)
         finally:  # however the round ended, the client leaving included
             record.add_upstream(time.perf_counter() - started)
+        if on_refused is not None and refused:
+            return await on_refused()
         result = flt.round_result()
         if owing is not None and owing.announced_before():
             debt += result.assistant or []  # a later round than the response the client sees

@@ -106,6 +106,13 @@ OWING_TENANTS = 10_000
 only the fast path is lost, the store still answers)."""
 
 
+REFUSED_SESSIONS = 10_000
+"""Sessions :attr:`ProxyState.refused_sessions` remembers at most (the oldest go first)."""
+
+REFUSED_SECONDS = 3600.0
+"""How long a session whose rewrite the upstream refused is sent as the client sends it."""
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -166,6 +173,14 @@ class ProxyState:
     id (at most :data:`CANARY_KEYS`; written on the event loop when the id is shown to
     the client, so a continuation this process receives finds it at once, before the
     store write, for other replicas, lands; :mod:`ctxwarden.proxy.rollout`)."""
+    refused_sessions: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Sessions whose rewrite the upstream refused (a 400) while the request as the
+    client sent it was then accepted, by tenant and session key, with the
+    ``time.monotonic()`` of the refusal: for :data:`REFUSED_SECONDS` their requests go
+    as the client sends them (a provider that binds what it answered to the prompt it
+    saw, as Anthropic binds thinking blocks, accepts the session only so from then on).
+    At most :data:`REFUSED_SESSIONS`; this process only (another replica learns it from
+    one refusal of its own)."""
     owed_held: HeldBytes = field(init=False)
     """Bytes held for owed answers (``settings.max_owed_held_bytes``)."""
     owed_unsettled: Counter = field(init=False)
@@ -188,6 +203,26 @@ class ProxyState:
     def remember_canary_key(self, tenant: str, response_id: str, key: str) -> None:
         """Keep ``key`` as the canary key of ``response_id`` (see :attr:`canary_keys`)."""
         keep_newest(self.canary_keys, (tenant, response_id), key, CANARY_KEYS)
+
+    def refuses(self, tenant: str, session: Any) -> bool:
+        """Whether ``session`` is one whose rewrite was refused lately (see
+        :attr:`refused_sessions`)."""
+        if not isinstance(session, str):
+            return False
+        since = self.refused_sessions.get((tenant, session))
+        if since is None:
+            return False
+        if time.monotonic() - since < REFUSED_SECONDS:
+            return True
+        del self.refused_sessions[(tenant, session)]
+        return False
+
+    def remember_refusal(self, tenant: str, session: Any) -> None:
+        """``session``'s rewrite was refused and its request as sent accepted."""
+        if isinstance(session, str):
+            keep_newest(
+                self.refused_sessions, (tenant, session), time.monotonic(), REFUSED_SESSIONS
+            )
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a tracked background task (see ``background``)."""

@@ -49,6 +49,8 @@ def _fallback_kind(reason: str) -> str:
         return "validation"
     if lowered.startswith("limit"):
         return "limit"
+    if lowered.startswith("refused"):  # the upstream refused a rewrite
+        return "refused"
     return "error"
 
 

@@ -1,8 +1,15 @@
 """The versioned model registry (``models.json``): windows, reserves, tokenizers, prices.
 
+``binds_thinking`` marks models whose thinking blocks are bound to what preceded them
+(Anthropic's "preserved thinking": the API refuses, or silently drops, a returned
+thinking block whose prefix - system, tools and the messages before it - differs from
+the one it was produced for). A model the registry does not know is taken to bind
+(:meth:`Registry.binds_thinking`): the safe guess for one newer than this file.
+
 Model names are matched after normalisation (lower case, provider prefixes such as
 ``openai/`` dropped, dots read as dashes), exactly first and then by the longest
-registry id the name starts with, so ``gpt-4o-mini-2024-07-18`` finds ``gpt-4o-mini``.
+registry id the name starts with followed by a dash, so ``gpt-4o-mini-2024-07-18`` finds
+``gpt-4o-mini`` (and ``gpt-5-2025-08-07`` finds ``gpt-5``, not ``gpt-5-2``).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class ModelInfo(BaseModel):
     output_reserve: int = Field(ge=0)
     tokenizer: str
     cache: str
+    binds_thinking: bool = False
 
 
 class _Defaults(BaseModel):
@@ -62,6 +70,11 @@ class Registry(BaseModel):
         if not name:
             return None
         return _lookup(self, normalize_model_name(name))
+
+    def binds_thinking(self, info: ModelInfo | None) -> bool:
+        """Whether a model's thinking blocks are bound to their prefix (module doc);
+        ``True`` for a model the registry does not know."""
+        return True if info is None else info.binds_thinking
 
     def tokenizer_for(self, info: ModelInfo | None) -> TokenizerSpec:
         """The tokenizer spec of a model (unknown models: an o200k estimate)."""
@@ -98,7 +111,7 @@ def _lookup(registry: Registry, name: str) -> ModelInfo | None:
     best: ModelInfo | None = None
     best_len = 0
     for key, info in by_id.items():
-        if name.startswith(key) and len(key) > best_len:
+        if name.startswith(f"{key}-") and len(key) > best_len:
             best, best_len = info, len(key)
     return best
 

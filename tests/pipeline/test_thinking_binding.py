@@ -1,0 +1,115 @@
+"""Thinking bound to its prefix (Anthropic "preserved thinking"): for a model that binds
+its thinking blocks to what precedes them, no new replacement goes before the last
+signed thinking block, while replacements adopted before such a block appeared are
+re-applied as always (the block was produced for the request that held them); other
+models, and requests without thinking, are condensed as before."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from ctxwarden import Engine
+from ctxwarden.model.classify import signed_reasoning_end
+from ctxwarden.tokens.registry import load_registry
+from tests.passes.convo import FORCE, lines_of, make_engine
+
+BINDING = "claude-fable-5-1"
+NOT_BINDING = "claude-opus-4-1"
+
+
+def _turn(k: int, thinking: bool) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if thinking:
+        blocks.append({"type": "thinking", "thinking": f"Plan {k}.", "signature": f"sig-{k}"})
+    blocks.append(
+        {"type": "tool_use", "id": f"t{k}", "name": "bash", "input": {"command": f"ls dir{k}"}}
+    )
+    output = lines_of(f"out{k}", 120)
+    return [
+        {"role": "assistant", "content": blocks},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{k}",
+                                      "content": output}]},
+    ]  # fmt: skip
+
+
+def _request(model: str, turns: list[bool]) -> dict[str, Any]:
+    """A Messages request: one turn per entry, with a signed thinking block when True."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing build."}]
+    for k, thinking in enumerate(turns):
+        messages += _turn(k, thinking)
+    return {"model": model, "max_tokens": 1024, "system": "You are a coding agent.",
+            "messages": messages}  # fmt: skip
+
+
+def _changed_messages(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
+    return [i for i, (a, b) in enumerate(zip(before["messages"], after["messages"], strict=True))
+            if a != b]  # fmt: skip
+
+
+def _engine() -> Engine:
+    return make_engine("aggressive", FORCE)
+
+
+def test_the_registry_says_which_models_bind_and_takes_unknown_ones_to() -> None:
+    registry = load_registry()
+    assert registry.binds_thinking(registry.lookup(BINDING))
+    assert registry.binds_thinking(registry.lookup("claude-opus-5-5"))
+    assert not registry.binds_thinking(registry.lookup(NOT_BINDING))
+    assert not registry.binds_thinking(registry.lookup("claude-opus-5"))
+    assert registry.binds_thinking(registry.lookup("some-model-from-next-year"))
+
+
+@pytest.mark.parametrize("model", [BINDING, NOT_BINDING])
+def test_without_thinking_both_kinds_of_model_are_condensed(model: str) -> None:
+    request = _request(model, [False] * 8)
+    result = _engine().condense(copy.deepcopy(request), api="anthropic.messages")
+    assert result.report["rewritten"]
+    assert _changed_messages(request, result.request)
+
+
+def test_a_binding_model_gets_no_new_replacement_before_its_last_thinking_block() -> None:
+    request = _request(BINDING, [True] * 8)
+    result = _engine().condense(copy.deepcopy(request), api="anthropic.messages")
+    assert result.request == request
+    assert not result.report["rewritten"]
+
+
+def test_a_model_that_does_not_bind_is_condensed_before_its_thinking_blocks() -> None:
+    request = _request(NOT_BINDING, [True] * 8)
+    result = _engine().condense(copy.deepcopy(request), api="anthropic.messages")
+    changed = _changed_messages(request, result.request)
+    last_thinking = 2 * 7 + 1  # the newest assistant message, itself exact
+    assert changed and max(changed) < last_thinking
+
+
+def test_only_what_follows_the_last_thinking_block_may_be_condensed() -> None:
+    request = _request(BINDING, [True, True, False, False, False, False, False, False])
+    engine = _engine()
+    from ctxwarden.adapters import get_adapter
+
+    end = signed_reasoning_end(get_adapter("anthropic.messages").parse(request))
+    assert end == 4  # the second turn's assistant message is index 3
+    result = engine.condense(copy.deepcopy(request), api="anthropic.messages")
+    changed = _changed_messages(request, result.request)
+    assert changed and min(changed) >= end
+
+
+def test_replacements_adopted_before_thinking_began_stay_while_nothing_new_is_added() -> None:
+    engine = _engine()
+    session = "bound-session"
+    plain = [False] * 6
+    first = engine.condense(_request(BINDING, plain), api="anthropic.messages", session=session)
+    assert first.report["rewritten"]
+    sent = first.request
+    for n in range(1, 4):  # thinking from now on: each request extends what was sent
+        request = _request(BINDING, plain + [True] * n)
+        result = engine.condense(copy.deepcopy(request), api="anthropic.messages", session=session)
+        assert result.request["messages"][: len(sent["messages"]) - 1] == sent["messages"][:-1]
+        newest_thinking = signed_reasoning_end(engine.parse(request, "anthropic.messages"))
+        tail = result.request["messages"][len(sent["messages"]) - 1 : newest_thinking]
+        assert tail == request["messages"][len(sent["messages"]) - 1 : newest_thinking]
+        assert not result.report["compaction_step"]
+        sent = result.request
