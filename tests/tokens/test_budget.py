@@ -14,7 +14,11 @@ def test_registry_lookup_normalizes_names() -> None:
     registry = load_registry()
     assert registry.lookup("gpt-4o-mini-2024-07-18").id == "gpt-4o-mini"  # type: ignore[union-attr]
     assert registry.lookup("openai/gpt-5-mini").id == "gpt-5-mini"  # type: ignore[union-attr]
-    assert registry.lookup("openai/Claude-Haiku-4.5").id == "claude-haiku-4"  # type: ignore[union-attr]
+    assert registry.lookup("openai/Claude-Haiku-4.5").id == "claude-haiku-4-5"  # type: ignore[union-attr]
+    # a longer id matches only up to a dash: a dated gpt-5 snapshot is no gpt-5.2
+    assert registry.lookup("gpt-5-2025-08-07").id == "gpt-5"  # type: ignore[union-attr]
+    assert registry.lookup("gpt-5.2").id == "gpt-5-2"  # type: ignore[union-attr]
+    assert registry.lookup("claude-opus-4-1-20250805").id == "claude-opus-4"  # type: ignore[union-attr]
     assert registry.lookup("deepseek/deepseek-chat").context_window == 128000  # type: ignore[union-attr]
     assert registry.lookup("totally-unknown-model") is None
     assert registry.version
