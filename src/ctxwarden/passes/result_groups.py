@@ -23,7 +23,11 @@ from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import error_lines, shown_error_line
 
-_STUB_RE = re.compile(r"\[ctxwarden: part \d+/\d+, see above\]")
+_STUB = "[ctxwarden: part {number}/{count}, see above]"
+_STUB_RE = re.compile(
+    re.escape(_STUB).replace(r"\{number\}", r"\d+").replace(r"\{count\}", r"\d+")
+)
+"""A stub's first line (:func:`part_stub`), whatever its numbers."""
 
 __all__ = ["ResultGroup", "is_part_stub", "part_stub", "result_groups"]
 
@@ -81,5 +85,5 @@ def part_stub(number: int, count: int, block: Segment) -> tuple[str, tuple[str, 
     lines above in the same result, names the one that holds every block (a reference
     costs a dozen tokens, as much as the rest of the stub)."""
     errors = tuple(error_lines(block.text))
-    stub = f"[ctxwarden: part {number}/{count}, see above]"
+    stub = _STUB.format(number=number, count=count)
     return "\n".join([stub, *map(shown_error_line, errors)]), errors

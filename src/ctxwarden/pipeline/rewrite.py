@@ -78,11 +78,9 @@ class Rewriter:
                 messages[index] = out
             return replace(conversation, messages=tuple(messages))
         by_index = _by_message(applied)
-        if by_index is None or any(not 0 <= i < len(messages) for i in by_index):
+        if by_index is None:
             return apply_replacements(conversation, applied)
-        rewritten = {
-            i: (messages[i], _applied_message(messages[i], reps)) for i, reps in by_index.items()
-        }
+        rewritten = _rewritten_messages(messages, by_index)
         for index, (_, out) in rewritten.items():
             messages[index] = out
         # the texts written, and the messages it keeps alive (by their own texts: a
@@ -129,10 +127,21 @@ def apply_replacements(
             messages=tuple(apply_to_message(m, applied) for m in conversation.messages),
         )
     messages = list(conversation.messages)
-    for index, reps in by_index.items():
-        if 0 <= index < len(messages):
-            messages[index] = _applied_message(messages[index], reps)
+    for index, (_, out) in _rewritten_messages(messages, by_index).items():
+        messages[index] = out
     return replace(conversation, messages=tuple(messages))
+
+
+def _rewritten_messages(
+    messages: list[Message], by_index: dict[int, dict[Path, Replacement]]
+) -> dict[int, tuple[Message, Message]]:
+    """Each message ``by_index`` names (an index past the list names none) and the
+    message with its replacements written in."""
+    return {
+        i: (messages[i], _applied_message(messages[i], reps))
+        for i, reps in by_index.items()
+        if 0 <= i < len(messages)
+    }
 
 
 _APPLIED: IdentityMemo[Message, frozenset[tuple[Path, str]], Message] = IdentityMemo(
