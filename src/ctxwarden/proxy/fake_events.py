@@ -3,7 +3,9 @@
 They follow the providers' documented shapes closely enough for the official SDKs
 (including their stream accumulators) to parse them: chat chunks ending in a
 finish chunk, an optional usage chunk and ``[DONE]``; Responses events with
-``sequence_number`` and ``output_index``; Messages' message_start ... message_stop.
+``sequence_number`` and ``output_index``; Messages' message_start ... message_stop,
+a thinking block (``Reply.thinking``) first: its text in ``thinking_delta`` events,
+then its signature in one ``signature_delta``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Answer:
     request: dict[str, Any]
     n: int
     prompt_tokens: int
+    signature: str = ""
+    """The signature of the Messages thinking block (:mod:`.fake_thinking`)."""
 
     @property
     def model(self) -> str:
@@ -40,8 +44,9 @@ class Answer:
             out.append((call_id, call.name, orjson.dumps(call.arguments).decode()))
         return out
 
-    def words(self) -> list[str]:
-        text: str = self.reply.text
+    def words(self, text: str | None = None) -> list[str]:
+        """The reply's text (or ``text``) in word-sized pieces."""
+        text = self.reply.text if text is None else text
         parts = text.split(" ")
         return (
             [p + (" " if i < len(parts) - 1 else "") for i, p in enumerate(parts)] if text else []
@@ -161,6 +166,9 @@ def _messages_usage(a: Answer, output: int) -> dict[str, Any]:
 
 def _messages_content(a: Answer) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    if a.reply.thinking is not None:
+        blocks.append({"type": "thinking", "thinking": a.reply.thinking,
+                       "signature": a.signature})  # fmt: skip
     if a.reply.text:
         blocks.append({"type": "text", "text": a.reply.text})
     for call_id, name, args in a.calls():
@@ -193,6 +201,14 @@ def messages_events(a: Answer) -> list[bytes]:
             ev("content_block_start", index=index, content_block={"type": "text", "text": ""})
             for w in a.words():
                 ev("content_block_delta", index=index, delta={"type": "text_delta", "text": w})
+        elif block["type"] == "thinking":
+            empty = {"type": "thinking", "thinking": "", "signature": ""}
+            ev("content_block_start", index=index, content_block=empty)
+            for w in a.words(block["thinking"]):
+                delta = {"type": "thinking_delta", "thinking": w}
+                ev("content_block_delta", index=index, delta=delta)
+            delta = {"type": "signature_delta", "signature": block["signature"]}
+            ev("content_block_delta", index=index, delta=delta)
         else:
             ev("content_block_start", index=index, content_block={**block, "input": {}})
             args = orjson.dumps(block["input"]).decode()

@@ -23,6 +23,12 @@ Faults: ``status``/``error`` (an error in the API's own shape), ``delay`` (befor
 headers, for timeouts), ``chunk_delay`` (slow streams, for disconnects). A body of a
 shape every provider refuses is answered 400 as they do (:mod:`.fake_checks`).
 
+Thinking (Messages only): ``Reply(thinking="...")`` starts the answer with a thinking
+block signed over its text and its prefix (``system``, ``tools``, the messages); a
+request sending a block the fake signed back is refused 400 as Anthropic refuses it
+when the text changed, or, for a model that binds thinking, when its prefix did
+(unless ``drop_block``): see :mod:`.fake_thinking`.
+
 Responses are stored as OpenAI stores them (unless ``store`` is false): a request
 continuing one of them with ``previous_response_id`` is checked as OpenAI checks it,
 every function call of the conversation answered and every output paired with a
@@ -45,7 +51,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ctxwarden.proxy import fake_events
+from ctxwarden.proxy import fake_events, fake_thinking
 from ctxwarden.proxy.fake_checks import shape_error
 from ctxwarden.proxy.listen import start_site
 from ctxwarden.proxy.shapes import Family, error_body
@@ -82,6 +88,8 @@ class Reply:
     prompt_tokens: int | None = None
     cached_tokens: int = 0
     completion_tokens: int = 7
+    thinking: str | None = None
+    """Messages only: the answer starts with a thinking block of this text."""
 
 
 Responder = Callable[[Any], Reply]
@@ -223,6 +231,9 @@ class FakeUpstream:
                 if payload is None:  # JSON only the stdlib reads is checked too
                     payload, checked = {}, _stdlib_loads(item.body)
                 shape = shape_error(api, checked)
+                if shape is None and api == "messages":
+                    refused = fake_thinking.thinking_error(checked)
+                    shape = None if refused is None else (refused, "messages")
                 if shape is not None:
                     item.finished = True
                     return web.Response(
@@ -240,8 +251,11 @@ class FakeUpstream:
                         )  # fmt: skip
                 n = next(self._ids)
                 prompt = reply.prompt_tokens or max(1, len(item.body) // 4)
+                signature = ""
+                if api == "messages" and reply.thinking is not None:
+                    signature = fake_thinking.sign(checked, reply.thinking)
                 answer = fake_events.Answer(reply, payload if isinstance(payload, dict) else {},
-                                            n, prompt)  # fmt: skip
+                                            n, prompt, signature)  # fmt: skip
                 if api == "responses" and answer.request.get("store") is not False:
                     output = fake_events.responses_body(answer)["output"]
                     self.stored[f"resp_fake{n}"] = [*context, *output]
