@@ -49,6 +49,7 @@ from ctxwarden.model.hashing import element_hashes, wire_size
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
 from ctxwarden.pipeline.presets import resolve_pipeline
+from ctxwarden.pipeline.state import SessionState
 from ctxwarden.pipeline.validate import validate_rewrite
 from ctxwarden.store import Store, open_store
 from ctxwarden.store.recall import Recalled
@@ -405,6 +406,14 @@ class Engine:
             return None, 0
         rendered: dict[str, Any] = render(outcome.conversation)
         return rendered, validate_rewrite(original, outcome.conversation, rendered)
+
+    def forget_session(self, session: str, tenant: str = DEFAULT_TENANT) -> None:
+        """Start ``session`` over: its adopted replacements and cost ledger are dropped,
+        and its next request is planned as a new session's first (the proxy does this
+        when the provider refused the session's rewrite and took the request as the
+        client sent it). Raises :class:`StoreError` when the store fails."""
+        self._check_open()
+        self.store.put_state(tenant, session, SessionState().encode())
 
     def recall(self, ref: str, lines: str | None = None, *, tenant: str = DEFAULT_TENANT) -> str:
         """The original text behind a reference, or a line range ``A-B`` of it (at most

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from ctxwarden import Engine
+from ctxwarden.errors import StoreError
 from ctxwarden.model.classify import signed_reasoning_end
+from ctxwarden.store import MemoryStore
 from ctxwarden.tokens.registry import load_registry
 from tests.passes.convo import FORCE, lines_of, make_engine
 
@@ -113,3 +115,56 @@ def test_replacements_adopted_before_thinking_began_stay_while_nothing_new_is_ad
         assert tail == request["messages"][len(sent["messages"]) - 1 : newest_thinking]
         assert not result.report["compaction_step"]
         sent = result.request
+
+
+class _Blip(MemoryStore):
+    """A memory store whose artifact lookups fail while ``down``."""
+
+    down = False
+
+    def missing(self, tenant: str, refs: Any) -> frozenset[str]:
+        if self.down:
+            raise StoreError("blip")
+        return super().missing(tenant, refs)
+
+    def get(self, tenant: str, ref: str) -> str:
+        if self.down:
+            raise StoreError("blip")
+        return super().get(tenant, ref)
+
+
+@pytest.mark.parametrize("loss", ["artifacts_lost", "store_down"])
+def test_replacements_before_a_bound_block_stay_whatever_became_of_their_artifacts(
+    loss: str,
+) -> None:
+    # the thinking blocks were produced after the condensed texts: sending the originals
+    # again would make the provider refuse them (a store blip is no reason to)
+    store = _Blip()
+    engine = make_engine("aggressive", FORCE, store=store)
+    session = "bound-store"
+    plain = [False] * 6
+    first = engine.condense(_request(BINDING, plain), api="anthropic.messages", session=session)
+    assert first.report["rewritten"]
+    second = engine.condense(
+        _request(BINDING, [*plain, True]), api="anthropic.messages", session=session
+    )
+    if loss == "artifacts_lost":
+        store._items.clear()
+    else:
+        store.down = True
+    request = _request(BINDING, [*plain, True, True])
+    third = engine.condense(copy.deepcopy(request), api="anthropic.messages", session=session)
+    kept = len(second.request["messages"])
+    assert third.request["messages"][:kept] == second.request["messages"]
+    if loss == "artifacts_lost":  # the originals are written again from the resent texts
+        for ref in first.report["references"]:
+            assert engine.recall(ref)
+    # a model that does not bind gets the segment-local rule: the segments go whole
+    other = make_engine("aggressive", FORCE, store=_Blip())
+    other.condense(_request(NOT_BINDING, plain), api="anthropic.messages", session=session)
+    assert isinstance(other.store, _Blip)
+    other.store._items.clear()
+    again = other.condense(
+        _request(NOT_BINDING, [*plain, True]), api="anthropic.messages", session=session
+    )
+    assert again.report["segment_failures"] > 0

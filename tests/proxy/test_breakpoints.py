@@ -20,7 +20,7 @@ def _turns(marker: dict[str, Any] | None = EPHEMERAL) -> dict[str, Any]:
     if marker is not None:
         last["cache_control"] = marker
     return {
-        "model": "claude-fake-model",
+        "model": "claude-opus-5",
         "max_tokens": 100,
         "system": "You are a coding agent.",
         "messages": [
@@ -189,7 +189,7 @@ async def test_the_proxy_marks_the_last_message_a_step_kept(make_proxy: ProxyFac
                 if len(messages) > 3:  # the client marks only its newest message
                     del messages[-3]["content"][-1]["cache_control"]
                 await client.messages.create(
-                    model="claude-fake-model", max_tokens=100, messages=messages
+                    model="claude-opus-5", max_tokens=100, messages=messages
                 )
                 sent = proxy.fake.received[-1].json()["messages"]
                 plain = [_unmarked(m) for m in sent]

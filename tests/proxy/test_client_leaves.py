@@ -26,7 +26,7 @@ _APIS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], bytes]] = {
         b"data: [DONE]",
     ),
     "messages": (
-        "/v1/messages", "messages", {"model": "claude-x", "max_tokens": 64, "messages": _USER},
+        "/v1/messages", "messages", {"model": "claude-opus-5", "max_tokens": 64, "messages": _USER},
         {"name": "read", "input_schema": {"type": "object"}},
         b'"type":"message_stop"',
     ),

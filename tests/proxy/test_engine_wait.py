@@ -217,3 +217,29 @@ async def test_a_stale_shadow_condense_is_skipped(
     assert event["fallback_reason"] == "proxy: limit: engine thread busy for over 0.2 s"
     assert event["level"] == "warning" and "tokens_before" not in event
     assert gate.calls == 1  # its condense never ran
+
+
+@pytest.mark.parametrize(
+    ("model", "waits"), [("claude-fable-5-1", True), ("claude-opus-4-1", False)]
+)
+async def test_a_request_with_thinking_bound_to_its_prefix_waits_for_its_condense(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate],
+    model: str, waits: bool,
+) -> None:  # fmt: skip
+    # sent without its session's adopted replacements, a binding model would refuse it
+    thought = {"type": "thinking", "thinking": "List it.", "signature": "sig-1"}
+    call = {"type": "tool_use", "id": "tu_1", "name": "read", "input": {"path": "a"}}
+    result = {"type": "tool_result", "tool_use_id": "tu_1", "content": "a"}
+    body = orjson.dumps({"model": model, "max_tokens": 64, "messages": [
+        {"role": "user", "content": "go"}, {"role": "assistant", "content": [thought, call]},
+        {"role": "user", "content": [result]}]})  # fmt: skip
+    async with make_proxy(max_engine_wait=0.2) as proxy:
+        async with _engine_held(proxy, monkeypatch, opened) as gate:
+            task = asyncio.create_task(_post(proxy, body, "/v1/messages"))
+            done, _ = await asyncio.wait({task}, timeout=1.0)
+            assert (not done) is waits
+            gate.open()
+            assert (await task)[0] == 200
+        event = proxy.recorder.last(route="messages")
+    assert gate.calls == (2 if waits else 1)
+    assert (event.get("fallback_reason") is None) is waits

@@ -41,7 +41,7 @@ async def test_upstream_down_is_502_in_each_apis_shape(make_proxy: ProxyFactory)
         async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url,
                                             max_retries=0) as ac:  # fmt: skip
             with pytest.raises(anthropic.APIStatusError) as ae:
-                await ac.messages.create(model="claude-x", max_tokens=8,
+                await ac.messages.create(model="claude-opus-5", max_tokens=8,
                                          messages=[{"role": "user", "content": "hi"}])  # fmt: skip
         assert ae.value.status_code == 502
         message = f"upstream {dead.removeprefix('http://')} unavailable: ClientConnectorError"

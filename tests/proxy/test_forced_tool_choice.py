@@ -71,7 +71,7 @@ async def _forced(proxy: Proxy, api: str, stream: bool, **extra: Any) -> list[st
     if api == "anthropic.messages":
         messages: Any = [{"role": "user", "content": _prompt(ref)}]
         kwargs: Any = {
-            "model": "claude-fake-model", "max_tokens": 64, "messages": messages,
+            "model": "claude-opus-5", "max_tokens": 64, "messages": messages,
             "tools": MESSAGES_TOOLS, "tool_choice": {"type": "any"}, **extra,
         }  # fmt: skip
         async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as c:
@@ -196,7 +196,9 @@ def test_choice_kinds_of_every_api(choice: Any, kind: str) -> None:
 
 
 def _recall_tool(api: str) -> Any:
-    injected = DIALECTS[api].inject({"model": "m", "messages": [], "input": "q", "tools": []})
+    injected = DIALECTS[api].inject(
+        {"model": "claude-opus-5", "messages": [], "input": "q", "tools": []}
+    )
     assert injected is not None
     return injected["tools"][-1]
 

@@ -79,14 +79,14 @@ async def test_messages_recall_is_answered_and_hidden(proxy: Proxy, stream: bool
     async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as c:
         if stream:
             async with c.messages.stream(
-                model="claude-fake-model", max_tokens=64, messages=messages, tools=tools
+                model="claude-opus-5", max_tokens=64, messages=messages, tools=tools
             ) as s:
                 kinds = [e.type async for e in s]
                 message = await s.get_final_message()
             assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop"
         else:
             message = await c.messages.create(
-                model="claude-fake-model", max_tokens=64, messages=messages, tools=tools
+                model="claude-opus-5", max_tokens=64, messages=messages, tools=tools
             )
     assert [b.type for b in message.content] == ["text"]
     assert message.content[0].type == "text" and message.content[0].text == FINAL
@@ -282,11 +282,11 @@ async def test_failed_continuation_is_an_error_not_an_empty_answer(
     async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as a:
         with pytest.raises(anthropic.APIStatusError, match="overloaded") as failed:
             if stream:
-                async with a.messages.stream(model="claude-x", max_tokens=64,
+                async with a.messages.stream(model="claude-opus-5", max_tokens=64,
                                              messages=messages) as s:  # fmt: skip
                     await s.get_final_message()
             else:
-                await a.messages.create(model="claude-x", max_tokens=64, messages=messages)
+                await a.messages.create(model="claude-opus-5", max_tokens=64, messages=messages)
     if not stream:
         assert failed.value.status_code == 529
 
@@ -457,12 +457,12 @@ async def _visible(proxy: Proxy, api: str, ref: str, stream: bool) -> tuple[list
     tools = [{"name": "read", "input_schema": {"type": "object"}}]
     async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as a:
         if stream:
-            async with a.messages.stream(model="claude-x", max_tokens=64, messages=messages,
+            async with a.messages.stream(model="claude-opus-5", max_tokens=64, messages=messages,
                                          tools=tools) as s:  # fmt: skip
                 message = await s.get_final_message()
         else:
             message = await a.messages.create(
-                model="claude-x", max_tokens=64, messages=messages, tools=tools
+                model="claude-opus-5", max_tokens=64, messages=messages, tools=tools
             )
     assert [b.type for b in message.content] == ["text", "text"]
     return [b.text for b in message.content if b.type == "text"], str(message.stop_reason)
@@ -529,3 +529,22 @@ def test_no_recall_tool_for_a_messages_request_that_asks_for_thinking(
     assert (out is not None) is injected
     if out is not None:
         assert [t["name"] for t in out["tools"]] == ["bash", RECALL_TOOL_NAME]
+
+
+@pytest.mark.parametrize(
+    ("model", "injected"),
+    [("claude-opus-5", True), ("claude-opus-4-1-20250805", True), ("claude-fable-5-1", False),
+     ("claude-opus-5-5", False), ("claude-from-next-year", False), (None, False)],
+)  # fmt: skip
+def test_no_recall_tool_for_a_model_that_binds_thinking_asked_or_not(
+    model: str | None, injected: bool
+) -> None:
+    # a binding model may think unasked (Claude Opus 5.5 always does): the choice goes
+    # by the model alone, so the agent's tool list is the same on every turn
+    request: dict[str, Any] = {
+        "max_tokens": 1024, "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "bash", "input_schema": {"type": "object"}}],
+    }  # fmt: skip
+    if model is not None:
+        request["model"] = model
+    assert (DIALECTS["anthropic.messages"].inject(request) is not None) is injected

@@ -202,7 +202,7 @@ async def test_messages_mixed_answer_gives_the_client_its_call_and_a_valid_histo
     ref = _ref(proxy)
     proxy.fake.script(_mixed(ref))
     messages: list[Any] = [{"role": "user", "content": _prompt(ref)}]
-    kwargs: Any = {"model": "claude-x", "max_tokens": 64, "tools": MESSAGES_TOOLS}
+    kwargs: Any = {"model": "claude-opus-5", "max_tokens": 64, "tools": MESSAGES_TOOLS}
     async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as c:
         if stream:
             async with c.messages.stream(messages=messages, **kwargs) as s:

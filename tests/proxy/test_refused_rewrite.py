@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 import pytest
 
+from ctxwarden.pipeline.state import SessionState
 from ctxwarden.proxy import Reply
 from ctxwarden.proxy.state import REFUSED_SECONDS
 from tests.proxy.conftest import KEY_A, Proxy
@@ -73,7 +74,11 @@ async def test_a_refused_rewrite_goes_again_as_sent_and_so_does_the_session(
     assert event["status"] == 200 and event["fallbacks"] == 1
     assert event["fallback_reason"].startswith("refused: ")
     assert event["upstream_status"] == 200 and event["bytes_after"] == len(body)
+    assert event["tokens_saved"] == 0 and event["transforms"] == {}  # nothing was saved
     assert REFUSAL not in orjson.dumps(proxy.recorder.events).decode()  # no contents
+    # the engine forgot the session: what the provider answers follows the request as sent
+    state = SessionState.decode(proxy.engine.store.get_state(proxy.tenant(KEY_A), "s-refused"))
+    assert not state.decisions and not state.sent_hashes
     metrics = proxy.state.metrics.registry.get_sample_value(
         "ctxwarden_fallbacks_total", {"route": "chat", "kind": "refused"}
     )

@@ -20,7 +20,7 @@ def _client(proxy: Proxy) -> anthropic.AsyncAnthropic:
 async def test_messages_create_async(proxy: Proxy) -> None:
     async with _client(proxy) as client:
         message = await client.messages.create(
-            model="claude-fake-model", max_tokens=64, system="Be brief.", messages=MESSAGES
+            model="claude-opus-5", max_tokens=64, system="Be brief.", messages=MESSAGES
         )
     assert message.content[0].type == "text" and message.content[0].text == TEXT
     received = proxy.fake.received[-1]
@@ -34,9 +34,7 @@ async def test_messages_create_async(proxy: Proxy) -> None:
 async def test_messages_stream_async_events_in_order(proxy: Proxy) -> None:
     async with (
         _client(proxy) as client,
-        client.messages.stream(
-            model="claude-fake-model", max_tokens=64, messages=MESSAGES
-        ) as stream,
+        client.messages.stream(model="claude-opus-5", max_tokens=64, messages=MESSAGES) as stream,
     ):
         kinds = [event.type async for event in stream]
         final = await stream.get_final_message()
@@ -49,13 +47,13 @@ async def test_messages_sync_create_stream_and_count_tokens(proxy: Proxy) -> Non
     def run() -> tuple[str, str, int]:
         with anthropic.Anthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as client:
             created = client.messages.create(
-                model="claude-fake-model", max_tokens=64, messages=MESSAGES
+                model="claude-opus-5", max_tokens=64, messages=MESSAGES
             )
             with client.messages.stream(
-                model="claude-fake-model", max_tokens=64, messages=MESSAGES
+                model="claude-opus-5", max_tokens=64, messages=MESSAGES
             ) as stream:
                 streamed = "".join(stream.text_stream)
-            counted = client.messages.count_tokens(model="claude-fake-model", messages=MESSAGES)
+            counted = client.messages.count_tokens(model="claude-opus-5", messages=MESSAGES)
         block = created.content[0]
         assert block.type == "text"
         return block.text, streamed, counted.input_tokens
@@ -68,7 +66,7 @@ async def test_messages_sync_create_stream_and_count_tokens(proxy: Proxy) -> Non
 
 async def test_count_tokens_async_and_models_go_to_anthropic_shape(proxy: Proxy) -> None:
     async with _client(proxy) as client:
-        counted = await client.messages.count_tokens(model="claude-x", messages=MESSAGES)
+        counted = await client.messages.count_tokens(model="claude-opus-5", messages=MESSAGES)
         models = await client.models.list()
     assert counted.input_tokens > 0
     assert [m.id for m in models.data] == ["claude-fake"]
@@ -76,7 +74,7 @@ async def test_count_tokens_async_and_models_go_to_anthropic_shape(proxy: Proxy)
 
 async def test_old_style_x_api_key_header_works_and_is_forwarded(proxy: Proxy) -> None:
     headers = {"x-api-key": KEY_A, "anthropic-version": "2023-06-01"}
-    body = {"model": "claude-x", "max_tokens": 16, "messages": MESSAGES}
+    body = {"model": "claude-opus-5", "max_tokens": 16, "messages": MESSAGES}
     async with (
         aiohttp.ClientSession() as session,
         session.post(proxy.url + "/v1/messages", json=body, headers=headers) as resp,

@@ -30,7 +30,7 @@ async def test_a_streamed_answer_reports_the_last_rounds_input_tokens(proxy: Pro
     async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url, max_retries=0) as c:
         for stream in (False, True):
             session = {"x-ctxwarden-session": f"s{stream}"}
-            kw: dict[str, Any] = dict(model="claude-x", max_tokens=10, messages=_messages(),
+            kw: dict[str, Any] = dict(model="claude-opus-5", max_tokens=10, messages=_messages(),
                                       tools=tools, extra_headers=session)  # fmt: skip
             await c.messages.create(**kw)  # the outputs are condensed: references to recall
             ref = re.findall(r"cw:[0-9a-f]{12}", proxy.fake.received[-1].body.decode())[0]

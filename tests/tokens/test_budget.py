@@ -19,6 +19,15 @@ def test_registry_lookup_normalizes_names() -> None:
     assert registry.lookup("gpt-5-2025-08-07").id == "gpt-5"  # type: ignore[union-attr]
     assert registry.lookup("gpt-5.2").id == "gpt-5-2"  # type: ignore[union-attr]
     assert registry.lookup("claude-opus-4-1-20250805").id == "claude-opus-4"  # type: ignore[union-attr]
+    # Vertex AI (``@``) and Amazon Bedrock (``anthropic.``, ``us.anthropic.``) ids
+    for name, found in [
+        ("claude-fable-5-1@20260901", "claude-fable-5-1"),
+        ("claude-opus-5-5@20261001", "claude-opus-5-5"),
+        ("anthropic.claude-opus-4-1-20250805-v1:0", "claude-opus-4"),
+        ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4"),
+        ("openai/gpt-4o:free", "gpt-4o"),
+    ]:
+        assert registry.lookup(name).id == found, name  # type: ignore[union-attr]
     assert registry.lookup("deepseek/deepseek-chat").context_window == 128000  # type: ignore[union-attr]
     assert registry.lookup("totally-unknown-model") is None
     assert registry.version

@@ -24,9 +24,7 @@ from ctxwarden.passes.base import Segment
 from ctxwarden.signals import error_lines, shown_error_line
 
 _STUB = "[ctxwarden: part {number}/{count}, see above]"
-_STUB_RE = re.compile(
-    re.escape(_STUB).replace(r"\{number\}", r"\d+").replace(r"\{count\}", r"\d+")
-)
+_STUB_RE = re.compile(re.escape(_STUB).replace(r"\{number\}", r"\d+").replace(r"\{count\}", r"\d+"))
 """A stub's first line (:func:`part_stub`), whatever its numbers."""
 
 __all__ = ["ResultGroup", "is_part_stub", "part_stub", "result_groups"]

@@ -169,7 +169,7 @@ class Condenser:
         exact_tokens = element_tokens
         report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
 
-        frozen, failed, kept = self._frozen(state, view, exact_hashes, tenant)
+        frozen, failed, kept = self._frozen(state, view, exact_hashes, tenant, new_edits_from)
         report["segment_failures"] += len(failed)
         frozen_changes = changes(frozen)
         frozen_saved = sum(saved for _, saved in frozen_changes.values())
@@ -328,10 +328,18 @@ class Condenser:
         view: SegmentView,
         exact_hashes: list[str],
         tenant: str,
+        held_before: int = 0,
     ) -> tuple[dict[Path, Replacement], set[Path], dict[Path, tuple[str, Decision]]]:
         """Adopted replacements still valid for this request, the segments whose
         artifact went missing or corrupt (they stay as they were), and each frozen
         segment's key and decision.
+
+        A replacement in a message before ``held_before`` (what a thinking block bound
+        to its prefix was produced after: ``run``'s ``new_edits_from``) stays while the
+        client resends what it replaced, whatever became of its artifacts (the original
+        is written again from the segment, best effort; recall of it may fail until
+        then) and whatever other replacements went: sending the segment whole would
+        make the provider refuse the block.
 
         Every reference a frozen replacement names is looked up on every request, all in
         one store round trip (the store may evict or lose entries between turns, and
@@ -370,24 +378,32 @@ class Condenser:
         # not only on recall)
         older = [key for key, _, d in candidates if d.adopted < state.turns - 1]
         drawn = older[zlib.crc32(str(state.turns).encode()) % len(older)] if older else None
+        held: set[Path] = set()
         for key, segment, decision in candidates:
+            if segment.message_index < held_before:
+                held.add(segment.path)
             if gone and not gone.isdisjoint(decision.refs):
-                failed.add(segment.path)
-                continue
+                if segment.path not in held:
+                    failed.add(segment.path)
+                    continue
+                self._heal(tenant, segment, decision)
             fresh = decision.adopted >= state.turns - 1
             if (fresh and not all(self._intact(tenant, ref) for ref in decision.refs)) or (
                 key == drawn and any(self._damaged(tenant, ref) for ref in decision.refs)
             ):
-                failed.add(segment.path)
                 self._heal(tenant, segment, decision)
-                continue
+                if segment.path not in held:
+                    failed.add(segment.path)
+                    continue
             frozen[segment.path] = self._replacement(decision)
             kept[segment.path] = (key, decision)
         if edited:
             for path in self._without_their_mentions(view, frozen):
-                del frozen[path], kept[path]
+                if path not in held:
+                    del frozen[path], kept[path]
         for path in _orphaned_stubs(frozen, kept, by_key):
-            del frozen[path], kept[path]  # the block is sent as it is again
+            if path not in held:
+                del frozen[path], kept[path]  # the block is sent as it is again
         return frozen, failed, kept
 
     def _replacement(self, decision: Decision) -> Replacement:
@@ -436,7 +452,7 @@ class Condenser:
             return frozenset(refs)
 
     def _heal(self, tenant: str, segment: Segment, decision: Decision) -> None:
-        """Write a damaged original of ``segment`` again from its text, which reads as
+        """Write a damaged or missing original of ``segment`` again from its text, which reads as
         it (the segment stays whole this request; recall works again, and a later step
         may condense it anew). Best effort: a store that fails stays as it is."""
         if decision.original_ref in decision.refs and not self._intact(

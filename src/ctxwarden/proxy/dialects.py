@@ -18,6 +18,7 @@ from ctxwarden.proxy.recall import (
     tool_description,
     tool_parameters,
 )
+from ctxwarden.tokens.registry import load_registry
 
 __all__ = ["DIALECTS", "MAX_TOOLS", "ChoiceKind", "Dialect", "choice_kind", "own_tools"]
 
@@ -399,12 +400,15 @@ class MessagesDialect:
     hide = staticmethod(_no_echo)
 
     def inject(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Not when the request asks for thinking: the rounds that call recall would be
-        spliced into one assistant message, and a signed thinking block comes back
-        valid only in the message, and after the prefix, it was produced in
-        (Anthropic refuses a rebuilt latest assistant message, and a model that binds
-        thinking to its prefix refuses the later rounds' blocks)."""
-        if thinks(request):
+        """Not to a model that binds thinking blocks to their prefix (registry
+        ``binds_thinking``; one the registry does not know), nor when the request asks
+        for thinking: the rounds that call recall would be spliced into one assistant
+        message, and a signed thinking block comes back valid only in the message, and
+        after the prefix, it was produced in (Anthropic refuses a rebuilt latest
+        assistant message, and a binding model the later rounds' blocks). A binding
+        model may think unasked (Claude Opus 5.5 always does), so for it the choice
+        goes by the model alone, the same on every turn: its tool list never changes."""
+        if thinks(request) or binds_thinking(request.get("model")):
             return None
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "input_schema": tool_parameters}  # fmt: skip
@@ -458,6 +462,31 @@ class MessagesDialect:
         ):
             out["stop_reason"] = "end_turn"
         return out
+
+
+def binds_thinking(model: Any) -> bool:
+    """Whether the registry takes ``model`` to bind its thinking blocks to their prefix
+    (a model it does not know, or no model named, does)."""
+    registry = load_registry()
+    return registry.binds_thinking(registry.lookup(model if isinstance(model, str) else None))
+
+
+def bound_thinking(api: str, request: dict[str, Any]) -> bool:
+    """Whether ``request`` is a Messages request to a model that binds thinking to its
+    prefix and carries a thinking block (what precedes it must reach the provider as
+    it did when the block was produced)."""
+    if api != "anthropic.messages" or not binds_thinking(request.get("model")):
+        return False
+    messages = request.get("messages")
+    return isinstance(messages, list) and any(
+        isinstance(block, dict) and block.get("type") in _THINKING
+        for message in messages
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for block in message["content"]
+    )
+
+
+_THINKING = frozenset({"thinking", "redacted_thinking"})
 
 
 def thinks(request: dict[str, Any]) -> bool:

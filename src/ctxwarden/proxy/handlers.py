@@ -52,9 +52,9 @@ from aiohttp import web
 
 from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import Mode
-from ctxwarden.errors import MalformedRequest
+from ctxwarden.errors import MalformedRequest, StoreError, store_failure
 from ctxwarden.proxy.bodies import DecodedBody
-from ctxwarden.proxy.dialects import DIALECTS, choice_kind, own_tools
+from ctxwarden.proxy.dialects import DIALECTS, bound_thinking, choice_kind, own_tools
 from ctxwarden.proxy.engine_wait import run_within
 from ctxwarden.proxy.owed import (
     may_name_previous,
@@ -348,7 +348,9 @@ async def _condense_one(
         job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant, quick)
         return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
     decided = quick if quick.reason == "canary_in" else None
-    wait = state.settings.max_engine_wait
+    # a request carrying thinking bound to its prefix waits for its condense: sent
+    # without its session's adopted replacements, the provider would refuse it
+    wait = 0.0 if bound_thinking(api, parsed) else state.settings.max_engine_wait
     try:
         ran, outcome = await run_within(
             lane(state, quick), wait,
@@ -371,7 +373,7 @@ async def _condense_one(
     _note_decision(record, state, decision, parsed)
     if decision.key is not None and responses and stored(parsed):
         ex.canary = (tenant, decision.key)  # kept under the id of the answer (rollout.py)
-    as_sent = _AsSent(ex, record, raw, parsed, owed, decoded.coded)
+    as_sent = _AsSent(ex, record, raw, parsed, owed, decoded.coded, len(body))
     if failure is not None:
         _note_failure(record, failure)
         return await as_sent.relay()
@@ -382,9 +384,11 @@ async def _condense_one(
         _report_fields(record, report)
     session_key = report.get("session")
     if decision.mode == "active" and state.refuses(tenant, session_key):
-        record.set(fallback_reason=_REFUSED_BEFORE, fallbacks=1, bytes_after=len(body))
+        as_sent.undone()
+        record.set(fallback_reason=_REFUSED_BEFORE)
+        await _forget(state, tenant, session_key)
         return await as_sent.relay()
-    refused = as_sent.on_refused(state, tenant, session_key)
+    refused = as_sent.on_refused(state, tenant, session_key, len(body))
     out, outgoing = body, parsed
     if decision.mode == "active" and result is not None and report.get("rewritten"):
         outgoing = result.request
@@ -689,6 +693,17 @@ class _AsSent:
     parsed: dict[str, Any]
     owed: list[Any]
     coded: bool
+    size: int
+    """The bytes of the body as read (decoded), as ``bytes_before`` counts them."""
+
+    def undone(self) -> None:
+        """The record of a request whose rewrite is not sent: nothing saved or added."""
+        before = self.record.fields.get("tokens_before")
+        self.record.set(
+            fallbacks=1, bytes_after=self.size, tokens_after=before, tokens_saved=0,
+            saving_percent=0.0, transforms={}, references=0, cache_breakpoint=None,
+            recall_injected=None, recall_rounds=None,
+        )  # fmt: skip
 
     async def relay(self) -> web.StreamResponse:
         if self.owed:
@@ -697,24 +712,36 @@ class _AsSent:
         self.ex.decoded = self.ex.server_decoded
         return await relay(self.ex, self.raw, self.record)
 
-    def on_refused(self, state: ProxyState, tenant: str, session: Any) -> Refused:
+    def on_refused(self, state: ProxyState, tenant: str, session: Any, size: int) -> Refused:
         """What :func:`relay` does when the upstream refuses the rewrite: send the
         request as the client sent it, and when that one is accepted, send the
-        session's requests so for a while (``ProxyState.refused_sessions``): the
-        refusal was the rewrite's."""
+        session's requests so for a while (``ProxyState.refused_sessions``) and let the
+        engine forget the session: the refusal was the rewrite's, and what the provider
+        answers from now on follows the request as sent."""
 
         async def resend() -> web.StreamResponse:
-            self.record.set(
-                fallback_reason=_REFUSED_NOW, fallbacks=1,
-                bytes_after=len(self.raw), recall_injected=None, recall_rounds=None,
-            )  # fmt: skip
+            self.undone()
+            self.record.set(fallback_reason=_REFUSED_NOW)
             self.record.at_least("warning")
             response = await self.relay()
             if response.status < 400:
                 state.remember_refusal(tenant, session)
+                await _forget(state, tenant, session)
             return response
 
         return resend
+
+
+async def _forget(state: ProxyState, tenant: str, session: Any) -> None:
+    """The engine forgets ``session`` (:meth:`Engine.forget_session`), in the store
+    pool; a store that fails is logged, never the request's failure."""
+    if not isinstance(session, str):
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(state.store_reads, state.engine.forget_session, session, tenant)
+    except StoreError as exc:
+        _log.error("could not reset a refused session's state: %s", store_failure(exc))
 
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"

@@ -8,13 +8,15 @@ the one it was produced for). A model the registry does not know is taken to bin
 
 Model names are matched after normalisation (lower case, provider prefixes such as
 ``openai/`` dropped, dots read as dashes), exactly first and then by the longest
-registry id the name starts with followed by a dash, so ``gpt-4o-mini-2024-07-18`` finds
-``gpt-4o-mini`` (and ``gpt-5-2025-08-07`` finds ``gpt-5``, not ``gpt-5-2``).
+registry id the name starts with where the name goes on with no letter or digit, so
+``gpt-4o-mini-2024-07-18`` finds ``gpt-4o-mini``, ``claude-opus-5-5@20261001`` finds
+``claude-opus-5-5``, and ``gpt-5-2025-08-07`` finds ``gpt-5``, not ``gpt-5-2``.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 
 import orjson
@@ -98,20 +100,29 @@ class TokenizerSpecModel(BaseModel):
 Registry.model_rebuild()
 
 
+_PROVIDER_PREFIX = re.compile(r"^(?:[a-z]{2,6}-)?anthropic-(?=claude)")
+"""Amazon Bedrock's ``anthropic.`` and cross-region ``us.anthropic.`` id prefixes (after
+dots became dashes)."""
+
+
 def normalize_model_name(name: str) -> str:
-    """Lower case, last path segment (``openai/gpt-5-mini`` -> ``gpt-5-mini``), dots as dashes."""
-    base = name.strip().lower().rsplit("/", 1)[-1]
-    return base.replace(".", "-")
+    """Lower case, last path segment (``openai/gpt-5-mini`` -> ``gpt-5-mini``), dots as
+    dashes, a Bedrock provider prefix dropped (``us.anthropic.claude-...``)."""
+    base = name.strip().lower().rsplit("/", 1)[-1].replace(".", "-")
+    return _PROVIDER_PREFIX.sub("", base)
 
 
 def _lookup(registry: Registry, name: str) -> ModelInfo | None:
+    """The entry named exactly, else the longest id the name starts with where the
+    name goes on with no letter or digit (``gpt-5-2025-08-07`` is ``gpt-5``, not
+    ``gpt-5-2``; ``claude-fable-5-1@20260101`` is ``claude-fable-5-1``)."""
     by_id = {normalize_model_name(m.id): m for m in registry.models}
     if name in by_id:
         return by_id[name]
     best: ModelInfo | None = None
     best_len = 0
     for key, info in by_id.items():
-        if name.startswith(f"{key}-") and len(key) > best_len:
+        if len(key) > best_len and name.startswith(key) and not name[len(key)].isalnum():
             best, best_len = info, len(key)
     return best
 
