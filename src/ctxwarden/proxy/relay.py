@@ -481,35 +481,14 @@ async def _stream_loop(
                     on_refused is not None and out is None and upstream.status == REFUSED_STATUS
                 )
                 if not refused:
-                    if upstream.status != 200 or not _is_sse(upstream):
-                        data = await _read(upstream)
-                        if out is None:
-                            headers = response_headers(upstream.headers)
-                            return web.Response(body=data, status=upstream.status, headers=headers)
-                        message = f"upstream answered {upstream.status} to a recall continuation"
-                        return await _fail(
-                            ex.request, out, flt, upstream.status, data, message, record
-                        )
-                    if out is None:
+                    if out is None and upstream.status == 200 and _is_sse(upstream):
                         out = web.StreamResponse(
                             status=200, headers=response_headers(upstream.headers)
                         )
                         await _prepare(out, ex.request)
-                    try:
-                        await _pump(upstream, flt, out, record)
-                    finally:  # the id the client was shown, if any, cut off or not
-                        if isinstance(flt, ResponsesFilter) and flt.announced():
-                            ex.answered(flt.response_id)
-                    if rounds and (flt.errored or not flt.round_ended()):
-                        # a continuation that failed or stopped short: never the previous
-                        # round's ending, which would pass a truncated answer as complete
-                        record.set(error_type="UpstreamIncomplete")
-                        if flt.errored:  # its error event went out already
-                            record.cut(502)
-                            _abort(ex.request)
-                            return out
-                        message = "upstream ended a recall continuation early"
-                        return await _fail(ex.request, out, flt, 502, b"", message, record)
+                    ended = await _stream_round(ex, upstream, flt, out, record, rounds)
+                    if ended is not None:
+                        return ended
         except UpstreamError as exc:
             if out is None:
                 raise
@@ -544,6 +523,38 @@ async def _stream_loop(
         record.final_event_sent(out.status)
     await _end(out)
     return out
+
+
+async def _stream_round(
+    ex: Exchange, upstream: aiohttp.ClientResponse, flt: StreamFilter,
+    out: web.StreamResponse | None, record: RequestRecord, rounds: int,
+) -> web.StreamResponse | None:  # fmt: skip
+    """Relay one round of a streamed recall loop to ``out`` (prepared by the caller for
+    a round that streams; ``None`` before the first): the response that ends the loop
+    (an error answered, the stream cut), or ``None`` to go on (see module contract)."""
+    if out is None or upstream.status != 200 or not _is_sse(upstream):
+        data = await _read(upstream)
+        if out is None:
+            headers = response_headers(upstream.headers)
+            return web.Response(body=data, status=upstream.status, headers=headers)
+        message = f"upstream answered {upstream.status} to a recall continuation"
+        return await _fail(ex.request, out, flt, upstream.status, data, message, record)
+    try:
+        await _pump(upstream, flt, out, record)
+    finally:  # the id the client was shown, if any, cut off or not
+        if isinstance(flt, ResponsesFilter) and flt.announced():
+            ex.answered(flt.response_id)
+    if rounds and (flt.errored or not flt.round_ended()):
+        # a continuation that failed or stopped short: never the previous round's
+        # ending, which would pass a truncated answer as complete
+        record.set(error_type="UpstreamIncomplete")
+        if flt.errored:  # its error event went out already
+            record.cut(502)
+            _abort(ex.request)
+            return out
+        message = "upstream ended a recall continuation early"
+        return await _fail(ex.request, out, flt, 502, b"", message, record)
+    return None
 
 
 async def _answer_owing(
