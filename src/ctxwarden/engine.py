@@ -330,6 +330,8 @@ class Engine:
         if mode == "exact":
             report["duration_ms"] = _ms(started)
             return CondenseResult(dict(request), report)
+        bound = self._thinking_bound(conversation, info)
+        report["new_edits_from"] = bound
         try:
             outcome = self.condenser.run(
                 conversation,
@@ -341,7 +343,7 @@ class Engine:
                 element_tokens=element_tokens,
                 element_hashes=hashes,
                 one_shot=one_shot,
-                new_edits_from=self._thinking_bound(conversation, info),
+                new_edits_from=bound,
             )
             try:
                 rendered, rendered_size = self._render_checked(

@@ -168,3 +168,10 @@ def test_replacements_before_a_bound_block_stay_whatever_became_of_their_artifac
         _request(NOT_BINDING, [*plain, True]), api="anthropic.messages", session=session
     )
     assert again.report["segment_failures"] > 0
+
+
+def test_the_report_says_where_new_edits_may_start() -> None:
+    engine = _engine()
+    bound = engine.condense(_request(BINDING, [True, True, False]), api="anthropic.messages")
+    free = engine.condense(_request(NOT_BINDING, [True, True, False]), api="anthropic.messages")
+    assert bound.report["new_edits_from"] == 4 and free.report["new_edits_from"] == 0
