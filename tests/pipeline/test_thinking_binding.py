@@ -10,10 +10,13 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ctxwarden import Engine
 from ctxwarden.errors import StoreError
 from ctxwarden.model.classify import signed_reasoning_end
+from ctxwarden.proxy.fake_thinking import sign, thinking_error
 from ctxwarden.store import MemoryStore
 from ctxwarden.tokens.registry import load_registry
 from tests.passes.convo import FORCE, lines_of, make_engine
@@ -175,3 +178,46 @@ def test_the_report_says_where_new_edits_may_start() -> None:
     bound = engine.condense(_request(BINDING, [True, True, False]), api="anthropic.messages")
     free = engine.condense(_request(NOT_BINDING, [True, True, False]), api="anthropic.messages")
     assert bound.report["new_edits_from"] == 4 and free.report["new_edits_from"] == 0
+
+
+@st.composite
+def _sessions(draw: st.DrawFn) -> tuple[str, list[bool], list[int], int | None]:
+    """A model, per turn whether the model thinks, output sizes, and a turn at which
+    the store loses every artifact (or none)."""
+    n = draw(st.integers(4, 14))
+    thinking = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    sizes = draw(st.lists(st.integers(5, 200), min_size=n, max_size=n))
+    loss = draw(st.none() | st.integers(0, n - 1))
+    return draw(st.sampled_from([BINDING, "claude-opus-5-5"])), thinking, sizes, loss
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(session=_sessions(), preset=st.sampled_from(["balanced", "aggressive"]))
+def test_every_bound_block_reaches_the_model_after_what_it_was_produced_for(
+    session: tuple[str, list[bool], list[int], int | None], preset: str
+) -> None:
+    # the model signs each thinking block over the request it answers (as sent, after
+    # condensing); every later request must send each block after the same prefix
+    model, thinking, sizes, loss = session
+    store = _Blip()
+    engine = make_engine(preset, FORCE, store=store)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing build."}]
+    for k, (thinks, size) in enumerate(zip(thinking, sizes, strict=True)):
+        if k == loss:
+            store._items.clear()
+        request = {"model": model, "max_tokens": 1024, "system": "You are a coding agent.",
+                   "messages": copy.deepcopy(history)}  # fmt: skip
+        sent = engine.condense(request, api="anthropic.messages", session="prop").request
+        assert thinking_error(sent, binds=True) is None, k
+        blocks: list[dict[str, Any]] = []
+        if thinks:
+            blocks.append({"type": "thinking", "thinking": f"Plan {k}.",
+                           "signature": sign(sent, f"Plan {k}.")})  # fmt: skip
+        blocks.append({"type": "tool_use", "id": f"t{k}", "name": "bash",
+                       "input": {"command": f"ls dir{k}"}})  # fmt: skip
+        output = lines_of(f"out{k}", size)
+        history += [
+            {"role": "assistant", "content": blocks},
+            {"role": "user",
+             "content": [{"type": "tool_result", "tool_use_id": f"t{k}", "content": output}]},
+        ]  # fmt: skip
