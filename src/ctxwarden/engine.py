@@ -353,7 +353,12 @@ class Engine:
                 with contextlib.suppress(Exception):  # best effort: the fallback stands
                     outcome.commit_original()
                 raise
-            outcome.commit()
+            if mode == "shadow" and self._binds(conversation, info):
+                # what was sent is the original: a thinking block the model answers
+                # with is bound to it, so nothing it never saw may come back later
+                outcome.commit_original()
+            else:
+                outcome.commit()
         except MalformedRequest:
             raise
         except BaseException as exc:  # never fail a request that could be forwarded
@@ -389,14 +394,17 @@ class Engine:
         report["duration_ms"] = _ms(started)
         return CondenseResult(result_request, report)
 
+    def _binds(self, conversation: Conversation, info: ModelInfo | None) -> bool:
+        """Whether ``conversation`` is a Messages request to a model that binds thinking
+        blocks to their prefix (it refuses a block, 400, once anything before it
+        differs from what it was produced for)."""
+        return conversation.api == "anthropic.messages" and self.registry.binds_thinking(info)
+
     def _thinking_bound(self, conversation: Conversation, info: ModelInfo | None) -> int:
         """Where new replacements may start (``Condenser.run``'s ``new_edits_from``):
-        after the last signed thinking block of a Messages request to a model that
-        binds thinking to its prefix, which refuses the block (400) once anything
-        before it differs from what it was produced for; 0 otherwise."""
-        if conversation.api != "anthropic.messages" or not self.registry.binds_thinking(info):
-            return 0
-        return signed_reasoning_end(conversation)
+        after the last signed thinking block of a request to a binding model
+        (:meth:`_binds`); 0 otherwise."""
+        return signed_reasoning_end(conversation) if self._binds(conversation, info) else 0
 
     @staticmethod
     def _render_checked(
@@ -409,13 +417,18 @@ class Engine:
         rendered: dict[str, Any] = render(outcome.conversation)
         return rendered, validate_rewrite(original, outcome.conversation, rendered)
 
-    def forget_session(self, session: str, tenant: str = DEFAULT_TENANT) -> None:
+    def forget_session(
+        self, session: str, tenant: str = DEFAULT_TENANT, *, as_sent_for: float = 0.0
+    ) -> None:
         """Start ``session`` over: its adopted replacements and cost ledger are dropped,
-        and its next request is planned as a new session's first (the proxy does this
-        when the provider refused the session's rewrite and took the request as the
-        client sent it). Raises :class:`StoreError` when the store fails."""
+        and its next request is planned as a new session's first; for ``as_sent_for``
+        seconds first, its requests are returned as given and change no state, on
+        every engine sharing the store (the proxy does this for an hour when the
+        provider refused the session's rewrite and took the request as the client sent
+        it). Raises :class:`StoreError` when the store fails."""
         self._check_open()
-        self.store.put_state(tenant, session, SessionState().encode())
+        until = time.time() + as_sent_for if as_sent_for > 0 else 0.0
+        self.store.put_state(tenant, session, SessionState(as_sent_until=until).encode())
 
     def recall(self, ref: str, lines: str | None = None, *, tenant: str = DEFAULT_TENANT) -> str:
         """The original text behind a reference, or a line range ``A-B`` of it (at most

@@ -221,3 +221,20 @@ def test_every_bound_block_reaches_the_model_after_what_it_was_produced_for(
             {"role": "user",
              "content": [{"type": "tool_result", "tool_use_id": f"t{k}", "content": output}]},
         ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "kept"), [(BINDING, False), (NOT_BINDING, True)])
+def test_shadow_keeps_no_replacement_a_binding_model_never_saw(model: str, kept: bool) -> None:
+    # a shadow session switched to active would send, before the thinking the model
+    # wrote for the original texts, replacements it never saw
+    engine = _engine()
+    plain = [False] * 6
+    shadow = engine.condense(
+        _request(model, plain), api="anthropic.messages", session="sh", mode="shadow"
+    )
+    assert shadow.report["rewritten"] and shadow.request == _request(model, plain)
+    request = _request(model, [*plain, True])
+    active = engine.condense(copy.deepcopy(request), api="anthropic.messages", session="sh")
+    bound = signed_reasoning_end(engine.parse(request, "anthropic.messages"))
+    untouched = active.request["messages"][:bound] == request["messages"][:bound]
+    assert untouched is not kept

@@ -10,6 +10,7 @@ without ctxwarden, and nothing is remembered.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import aiohttp
@@ -19,7 +20,7 @@ import pytest
 from ctxwarden.pipeline.state import SessionState
 from ctxwarden.proxy import Reply
 from ctxwarden.proxy.state import REFUSED_SECONDS
-from tests.proxy.conftest import KEY_A, Proxy
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
 from tests.proxy.test_sdk_shapes_e2e import CHAT_MODEL, CHAT_TOOLS, _chat_history
 
 REFUSAL = "messages.3.content.0: the block is bound to a different conversation"
@@ -61,7 +62,7 @@ def _text(status: int, data: bytes, stream: bool) -> str:
 @pytest.mark.parametrize("tools", [True, False], ids=["recall-offered", "no-recall"])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_refused_rewrite_goes_again_as_sent_and_so_does_the_session(
-    proxy: Proxy, stream: bool, tools: bool
+    proxy: Proxy, make_proxy: ProxyFactory, stream: bool, tools: bool
 ) -> None:
     proxy.fake.script(Reply(status=400, error=REFUSAL), Reply(text="accepted as sent"))
     body = _body(stream, tools)
@@ -79,6 +80,7 @@ async def test_a_refused_rewrite_goes_again_as_sent_and_so_does_the_session(
     # the engine forgot the session: what the provider answers follows the request as sent
     state = SessionState.decode(proxy.engine.store.get_state(proxy.tenant(KEY_A), "s-refused"))
     assert not state.decisions and not state.sent_hashes
+    assert state.as_sent_until > time.time() + REFUSED_SECONDS - 60  # for every replica
     metrics = proxy.state.metrics.registry.get_sample_value(
         "ctxwarden_fallbacks_total", {"route": "chat", "kind": "refused"}
     )
@@ -96,6 +98,16 @@ async def test_a_refused_rewrite_goes_again_as_sent_and_so_does_the_session(
     proxy.fake.received.clear()
     status, _ = await _post(proxy, body, session="s-other")
     assert status == 200 and len(proxy.fake.received[-1].body) < len(body)
+
+    # a replica (its own memory, the same store) sends the refused session as sent too
+    async with make_proxy(engine=proxy.engine) as replica:
+        assert not replica.state.refused_sessions
+        replica.fake.received.clear()
+        status, data = await _post(replica, nxt)
+        assert _text(status, data, stream) == "Hello from the fake upstream."
+        assert [r.body for r in replica.fake.received] == [nxt]
+        event = replica.recorder.last(route="chat")
+        assert event["fallback_reason"].startswith("proxy: refused: ")
 
 
 async def test_a_request_refused_as_sent_too_gets_that_refusal_and_nothing_is_kept(

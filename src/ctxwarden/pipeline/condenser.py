@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
@@ -147,6 +148,8 @@ class Condenser:
         stays as the block was produced for."""
         raw_state = None if one_shot else self.store.get_state(tenant, session)
         state = SessionState.decode(None) if one_shot else self._decoded(tenant, session, raw_state)
+        if state.as_sent_until > time.time():  # refused lately: as given, nothing kept
+            return CondenseOutcome(conversation, {"as_sent": True})
         exact_hashes = element_hashes or hash_elements(conversation)
         # segments carry token counts and wire paths: the model's tokenizer and the API
         # are part of what a cached walk (and what is derived from it) is valid for

@@ -57,6 +57,10 @@ class SessionState:
     risk_until: int = 0
     """Turn until which an earlier step that pays back slowly is still unpaid: until
     then a further such step is not free (it must fit ``max_session_deficit``)."""
+    as_sent_until: float = 0.0
+    """Unix time until which the session's requests go as the client sends them (the
+    provider refused its rewrite: :meth:`ctxwarden.Engine.forget_session`); every
+    replica reading the state holds to it."""
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {
@@ -77,6 +81,8 @@ class SessionState:
             "cum_sent": self.cum_sent,
             "risk_until": self.risk_until,
         }
+        if self.as_sent_until:
+            data["as_sent_until"] = self.as_sent_until
         return orjson.dumps(data)
 
     @classmethod
@@ -143,6 +149,7 @@ def _well_typed(state: SessionState) -> bool:
         and _ints(state.sent_tokens)
         and len(state.sent_hashes) == len(state.sent_tokens)
         and all(type(n) is int for n in (state.turns, state.steps, state.risk_until))
+        and type(state.as_sent_until) in (int, float)
         and _numbers(state.cum_exact)
         and _numbers(state.cum_sent)
         and all(

@@ -473,20 +473,10 @@ def binds_thinking(model: Any) -> bool:
 
 def bound_thinking(api: str, request: dict[str, Any]) -> bool:
     """Whether ``request`` is a Messages request to a model that binds thinking to its
-    prefix and carries a thinking block (what precedes it must reach the provider as
-    it did when the block was produced)."""
-    if api != "anthropic.messages" or not binds_thinking(request.get("model")):
-        return False
-    messages = request.get("messages")
-    return isinstance(messages, list) and any(
-        isinstance(block, dict) and block.get("type") in _THINKING
-        for message in messages
-        if isinstance(message, dict) and isinstance(message.get("content"), list)
-        for block in message["content"]
-    )
-
-
-_THINKING = frozenset({"thinking", "redacted_thinking"})
+    prefix: a thinking block it carries, or the one its answer may bring (such a model
+    may think unasked), is valid only after what the model saw when it was produced,
+    the session's adopted replacements included."""
+    return api == "anthropic.messages" and binds_thinking(request.get("model"))
 
 
 def thinks(request: dict[str, Any]) -> bool:

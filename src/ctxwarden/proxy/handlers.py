@@ -41,6 +41,7 @@ queued; a request that may share a session with one of those queues behind them
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -97,7 +98,7 @@ from ctxwarden.proxy.sides import (
     splits,
     unsplit,
 )
-from ctxwarden.proxy.state import STATE, Hold, ProxyState, RequestRecord
+from ctxwarden.proxy.state import REFUSED_SECONDS, STATE, Hold, ProxyState, RequestRecord
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 __all__ = ["handle_condensed", "handle_forward"]
@@ -348,8 +349,9 @@ async def _condense_one(
         job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant, quick)
         return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
     decided = quick if quick.reason == "canary_in" else None
-    # a request carrying thinking bound to its prefix waits for its condense: sent
-    # without its session's adopted replacements, the provider would refuse it
+    # a request to a model that binds thinking to its prefix waits for its condense:
+    # sent without its session's adopted replacements, the provider would refuse the
+    # thinking it carries, or the request that brings back the thinking it answers with
     wait = 0.0 if bound_thinking(api, parsed) else state.settings.max_engine_wait
     try:
         ran, outcome = await run_within(
@@ -383,10 +385,10 @@ async def _condense_one(
     if result is not None:
         _report_fields(record, report)
     session_key = report.get("session")
-    if decision.mode == "active" and state.refuses(tenant, session_key):
+    if decision.mode == "active" and (report.get("as_sent") or state.refuses(tenant, session_key)):
+        # refused lately (here, or on a replica: the session's state says so)
         as_sent.undone()
         record.set(fallback_reason=_REFUSED_BEFORE)
-        await _forget(state, tenant, session_key)
         return await as_sent.relay()
     refused = as_sent.on_refused(state, tenant, session_key, len(body))
     out, outgoing = body, parsed
@@ -733,13 +735,17 @@ class _AsSent:
 
 
 async def _forget(state: ProxyState, tenant: str, session: Any) -> None:
-    """The engine forgets ``session`` (:meth:`Engine.forget_session`), in the store
-    pool; a store that fails is logged, never the request's failure."""
+    """The engine forgets ``session`` and holds it as sent for the refused hour, on
+    every replica (:meth:`Engine.forget_session`), in the store pool; a store that
+    fails is logged, never the request's failure."""
     if not isinstance(session, str):
         return
     loop = asyncio.get_running_loop()
+    forget = functools.partial(
+        state.engine.forget_session, session, tenant, as_sent_for=REFUSED_SECONDS
+    )
     try:
-        await loop.run_in_executor(state.store_reads, state.engine.forget_session, session, tenant)
+        await loop.run_in_executor(state.store_reads, forget)
     except StoreError as exc:
         _log.error("could not reset a refused session's state: %s", store_failure(exc))
 
