@@ -220,6 +220,27 @@ class Engine:
         self._collect_when_due()
         return result
 
+    def as_adopted(
+        self,
+        request: Mapping[str, Any],
+        api: str = "anthropic.messages",
+        *,
+        session: str | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> CondenseResult:
+        """``request`` with the session's adopted replacements re-applied and nothing
+        new, writing no state: what the session sends, for a request that is not a turn
+        of it (a token count of its history, which a model binding thinking to its
+        prefix checks as it checks the turn itself)."""
+        _check_call(session, None, tenant, False)
+        self._check_open()
+        return self._locked(
+            functools.partial(
+                self._condense, request, api, session=session, mode=None, tenant=tenant,
+                one_shot=False, adopted_only=True,
+            )
+        )  # fmt: skip
+
     def _collect_when_due(self) -> None:
         """Start the store's collection on a thread of its own when it is due (see
         :attr:`background_gc`); a failure is logged, and the next due time tries again."""
@@ -288,6 +309,7 @@ class Engine:
         mode: Mode | None,
         tenant: str,
         one_shot: bool,
+        adopted_only: bool = False,
     ) -> CondenseResult:
         started = time.perf_counter()
         if isinstance(request, Mapping) and not isinstance(request, dict):
@@ -330,7 +352,9 @@ class Engine:
         if mode == "exact":
             report["duration_ms"] = _ms(started)
             return CondenseResult(dict(request), report)
-        bound = self._thinking_bound(conversation, info)
+        bound = (
+            len(conversation.messages) if adopted_only else self._thinking_bound(conversation, info)
+        )
         report["new_edits_from"] = bound
         try:
             outcome = self.condenser.run(
@@ -353,7 +377,9 @@ class Engine:
                 with contextlib.suppress(Exception):  # best effort: the fallback stands
                     outcome.commit_original()
                 raise
-            if mode == "shadow" and self._binds(conversation, info):
+            if adopted_only:
+                pass  # not a turn of the session: it keeps the state it had
+            elif mode == "shadow" and self._binds(conversation, info):
                 # what was sent is the original: a thinking block the model answers
                 # with is bound to it, so nothing it never saw may come back later
                 outcome.commit_original()

@@ -26,6 +26,8 @@ from tests.proxy.conftest import KEY_A, Proxy
 SYSTEM = "You are a coding agent."
 TOOLS = [{"name": "bash", "description": "Run a command.", "input_schema": {"type": "object"}}]
 THINKING = {"type": "enabled", "budget_tokens": 1024}
+_HEADERS = {"x-api-key": KEY_A, "anthropic-version": "2023-06-01",
+            "content-type": "application/json"}  # fmt: skip
 
 
 def _output(k: int) -> str:
@@ -44,9 +46,9 @@ async def _turn(
                             "tools": TOOLS, "messages": messages}  # fmt: skip
     if thinking:
         body["thinking"] = THINKING
-    headers = {"x-api-key": KEY_A, "anthropic-version": "2023-06-01",
-               "content-type": "application/json"}  # fmt: skip
-    async with http.post(f"{proxy.url}/v1/messages", data=orjson.dumps(body), headers=headers) as r:
+    async with http.post(
+        f"{proxy.url}/v1/messages", data=orjson.dumps(body), headers=_HEADERS
+    ) as r:
         answer = await r.json()
         assert r.status == 200, (k, answer)
     messages.append({"role": "assistant", "content": answer["content"]})
@@ -70,6 +72,17 @@ async def test_an_agent_session_that_turns_thinking_on_is_never_refused(
             if k == 18:  # every artifact lost: what the blocks followed is still sent
                 proxy.engine.store._items.clear()
             thinking.append(await _turn(http, proxy, model, messages, k, True))
+        # the agent counts its history's tokens: checked as a turn is (a binding model
+        # refuses the client's original texts before blocks written after condensed ones)
+        count = {"model": model, "system": SYSTEM, "tools": TOOLS, "messages": messages,
+                 "thinking": THINKING}  # fmt: skip
+        async with http.post(f"{proxy.url}/v1/messages/count_tokens", data=orjson.dumps(count),
+                             headers=_HEADERS) as r:  # fmt: skip
+            assert r.status == 200, await r.text()
+            assert (await r.json())["input_tokens"] > 0
+        counted = proxy.fake.received[-1]
+        assert counted.path == "/v1/messages/count_tokens"
+        assert (len(counted.body) < len(orjson.dumps(count))) is binds
     assert all(e["status"] == 200 and not e.get("fallbacks") for e in plain + thinking)
     tools = {tuple(t["name"] for t in r.json()["tools"]) for r in proxy.fake.received}
     if binds:  # no recall tool ever: the tool list is part of every block's prefix

@@ -30,7 +30,7 @@ from aiohttp import web
 from ctxwarden.engine import Engine
 from ctxwarden.memo import set_memo_budget
 from ctxwarden.proxy.engine_thread import EngineThread
-from ctxwarden.proxy.handlers import handle_condensed, handle_forward
+from ctxwarden.proxy.handlers import handle_condensed, handle_count_tokens, handle_forward
 from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.settings import ProxySettings
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES
@@ -101,6 +101,7 @@ def build_app(
     app.router.add_route("*", "/_ctxwarden{tail:(?:/.*)?}", _own_path)
     for path in CONDENSED_ROUTES:
         app.router.add_post(path, handle_condensed)
+    app.router.add_post("/v1/messages/count_tokens", handle_count_tokens)
     app.router.add_route("*", "/{tail:.*}", handle_forward)
     return app
 

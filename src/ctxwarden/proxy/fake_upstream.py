@@ -313,8 +313,16 @@ class FakeUpstream:
         return response
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
+        """A token count (a quarter of the body's bytes); thinking blocks are checked
+        as for a turn (:mod:`.fake_thinking`), as Anthropic checks them."""
         item = await self._record(request)
         item.finished = True
+        refused = fake_thinking.thinking_error(_loads(item.body))
+        if refused is not None:
+            return web.Response(
+                body=error_body("anthropic", 400, refused), status=400,
+                content_type="application/json",
+            )  # fmt: skip
         return web.json_response({"input_tokens": max(1, len(item.body) // 4)})
 
     async def _models(self, request: web.Request) -> web.Response:

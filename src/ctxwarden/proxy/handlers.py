@@ -228,6 +228,62 @@ async def _forward_body(ex: Exchange, record: RequestRecord, family: Family) -> 
     return await relay(ex, head or None, record)
 
 
+async def handle_count_tokens(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/messages/count_tokens``: forwarded as sent, except for a model that
+    binds thinking blocks to their prefix (Anthropic checks them when it counts too):
+    then with the session's adopted replacements (:meth:`Engine.as_adopted`), as its
+    turns are sent. Anything doubtful goes as sent; the upstream's answer is relayed."""
+    state = request.app[STATE]
+    record = RequestRecord("count_tokens", request.method)
+    ex = Exchange(state, request, _upstream_url(state, "anthropic", request))
+    return await _run(request, record, "anthropic", _count_tokens(ex, record))
+
+
+async def _count_tokens(ex: Exchange, record: RequestRecord) -> web.StreamResponse:
+    state = ex.state
+    cap = state.settings.max_body_bytes
+    try:
+        raw, whole = await read_capped(ex.request, cap)
+    except web.RequestPayloadError:
+        return await _unreadable("anthropic")
+    if not whole:
+        return await _stream_through(ex, record, "anthropic", raw)
+    record.set(api="anthropic.messages", bytes_before=len(raw), bytes_after=len(raw))
+    wanted = header_mode(ex.request.headers.get("x-ctxwarden-mode"))
+    server_mode: Mode = state.settings.mode or state.engine.config.mode
+    exact = (wanted or server_mode) != "active" or state.kill_switch.engaged
+    decoded = None if exact else await decode_request(ex, raw, cap)
+    parsed = await _json_object(decoded.data) if decoded is not None and decoded.data else None
+    if parsed is None or not bound_thinking("anthropic.messages", parsed):
+        return await relay(ex, raw, record)
+    session = ex.request.headers.get("x-ctxwarden-session") or None
+    tenant = state.tenants.for_headers(ex.request.headers)
+
+    def adopted() -> Any:
+        try:
+            return state.engine.as_adopted(parsed, session=session, tenant=tenant)
+        except Exception as exc:  # as sent, whatever went wrong
+            _log.error("count_tokens: the session's replacements failed: %s", type(exc).__name__)
+            return None
+
+    _, result = await run_within(state.executor, 0.0, adopted)
+    if result is None or not result.report.get("rewritten"):
+        return await relay(ex, raw, record)
+    out = await orjson_dump(result.request, len(raw))
+    record.set(bytes_after=len(out))
+    ex.decoded = ex.server_decoded or (decoded is not None and decoded.coded)
+    return await relay(ex, out, record)
+
+
+async def _json_object(data: bytes) -> dict[str, Any] | None:
+    """``data`` as a JSON object (off-loop when large), or ``None``."""
+    try:
+        value = await orjson_load(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 async def _unreadable(family: Family) -> web.Response:
     """400 for a body the client sent broken; the connection is not reused (the
     rest of that body is still in it)."""
