@@ -61,6 +61,10 @@ __all__ = ["CondenseResult", "Engine"]
 
 DEFAULT_TENANT = "local"
 
+_MAX_AS_SENT_SECONDS = 30 * 24 * 3600.0
+"""The longest :meth:`Engine.forget_session` holds a session as sent (a longer or
+infinite hold is this)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CondenseResult:
@@ -352,8 +356,10 @@ class Engine:
         if mode == "exact":
             report["duration_ms"] = _ms(started)
             return CondenseResult(dict(request), report)
-        bound = (
-            len(conversation.messages) if adopted_only else self._thinking_bound(conversation, info)
+        bound = (  # past every message: nothing new anywhere
+            len(conversation.messages) + 1
+            if adopted_only
+            else self._thinking_bound(conversation, info)
         )
         report["new_edits_from"] = bound
         try:
@@ -453,7 +459,8 @@ class Engine:
         provider refused the session's rewrite and took the request as the client sent
         it). Raises :class:`StoreError` when the store fails."""
         self._check_open()
-        until = time.time() + as_sent_for if as_sent_for > 0 else 0.0
+        held = min(as_sent_for, _MAX_AS_SENT_SECONDS) if as_sent_for > 0 else 0.0  # NaN: 0
+        until = time.time() + held if held else 0.0
         self.store.put_state(tenant, session, SessionState(as_sent_until=until).encode())
 
     def recall(self, ref: str, lines: str | None = None, *, tenant: str = DEFAULT_TENANT) -> str:

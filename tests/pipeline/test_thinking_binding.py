@@ -238,3 +238,21 @@ def test_shadow_keeps_no_replacement_a_binding_model_never_saw(model: str, kept:
     bound = signed_reasoning_end(engine.parse(request, "anthropic.messages"))
     untouched = active.request["messages"][:bound] == request["messages"][:bound]
     assert untouched is not kept
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), -5.0, 60.0])
+def test_a_session_is_held_as_sent_for_a_finite_while_only(seconds: float) -> None:
+    import time
+
+    from ctxwarden.pipeline.state import SessionState
+
+    engine = _engine()
+    engine.forget_session("held", as_sent_for=seconds)
+    state = SessionState.decode(engine.store.get_state("local", "held"))
+    if seconds == 60.0 or seconds == float("inf"):
+        assert time.time() < state.as_sent_until < time.time() + 31 * 24 * 3600
+        held = engine.condense(_request(NOT_BINDING, [False] * 6), api="anthropic.messages",
+                               session="held")  # fmt: skip
+        assert held.report["as_sent"] and not held.report["rewritten"]
+    else:
+        assert state.as_sent_until == 0.0

@@ -90,3 +90,28 @@ async def test_an_agent_session_that_turns_thinking_on_is_never_refused(
         assert not any(e.get("compaction_step") for e in thinking)
     else:  # what precedes the blocks is still condensed
         assert any(e.get("compaction_step") for e in thinking)
+
+
+async def test_a_count_the_upstream_refuses_rewritten_goes_again_as_sent(proxy: Proxy) -> None:
+    # condensed turns, then thinking turns sent as the client sent them (the kill switch
+    # is on): their blocks follow the original texts, and the count, which goes with the
+    # session's adopted replacements once the switch is off, is refused; it goes again
+    # as sent, as a turn would
+    model = "claude-fable-5-1"
+    messages: list[Any] = [{"role": "user", "content": "Fix the failing build."}]
+    async with aiohttp.ClientSession() as http:
+        for k in range(12):
+            await _turn(http, proxy, model, messages, k, False)
+        proxy.state.kill_switch.set(True, "test")
+        for k in range(12, 14):
+            await _turn(http, proxy, model, messages, k, True)
+        proxy.state.kill_switch.set(False, "test")
+        count = {"model": model, "system": SYSTEM, "tools": TOOLS, "messages": messages}
+        async with http.post(f"{proxy.url}/v1/messages/count_tokens", data=orjson.dumps(count),
+                             headers=_HEADERS) as r:  # fmt: skip
+            assert r.status == 200, await r.text()
+    rewritten, as_sent = proxy.fake.received[-2:]
+    assert rewritten.path == as_sent.path == "/v1/messages/count_tokens"
+    assert len(rewritten.body) < len(as_sent.body) and as_sent.json() == count
+    event = proxy.recorder.last(route="count_tokens")
+    assert event["fallback_reason"].startswith("refused: ") and event["mode"] == "active"

@@ -60,7 +60,8 @@ class SessionState:
     as_sent_until: float = 0.0
     """Unix time until which the session's requests go as the client sends them (the
     provider refused its rewrite: :meth:`ctxwarden.Engine.forget_session`); every
-    replica reading the state holds to it."""
+    replica reading the state holds to it (a replica older than this key drops it
+    when it writes the state: during a rolling deploy the hold may end early)."""
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {

@@ -267,12 +267,24 @@ async def _count_tokens(ex: Exchange, record: RequestRecord) -> web.StreamRespon
             return None
 
     _, result = await run_within(state.executor, 0.0, adopted)
-    if result is None or not result.report.get("rewritten"):
+    if (
+        result is None
+        or not result.report.get("rewritten")
+        or state.refuses(tenant, result.report.get("session"))
+    ):
         return await relay(ex, raw, record)
     out = await orjson_dump(result.request, len(raw))
     record.set(bytes_after=len(out))
-    ex.decoded = ex.server_decoded or (decoded is not None and decoded.coded)
-    return await relay(ex, out, record)
+    record.mode = "active"
+    coded = ex.server_decoded or (decoded is not None and decoded.coded)
+
+    async def as_sent() -> web.StreamResponse:  # counting twice is harmless
+        record.set(bytes_after=len(raw), fallback_reason=_REFUSED_NOW, fallbacks=1)
+        ex.decoded = ex.server_decoded
+        return await relay(ex, raw, record)
+
+    ex.decoded = coded
+    return await relay(ex, out, record, on_refused=as_sent)
 
 
 async def _json_object(data: bytes) -> dict[str, Any] | None:
@@ -445,6 +457,8 @@ async def _condense_one(
         # refused lately (here, or on a replica: the session's state says so)
         as_sent.undone()
         record.set(fallback_reason=_REFUSED_BEFORE)
+        if not report.get("as_sent"):  # the state lacks the hold (its write failed)
+            await _forget(state, tenant, session_key)
         return await as_sent.relay()
     refused = as_sent.on_refused(state, tenant, session_key, len(body))
     out, outgoing = body, parsed
