@@ -460,7 +460,7 @@ async def _condense_one(
         if not report.get("as_sent"):  # the state lacks the hold (its write failed)
             await _forget(state, tenant, session_key)
         return await as_sent.relay()
-    refused = as_sent.on_refused(state, tenant, session_key, len(body))
+    refused = as_sent.on_refused(state, tenant, session_key)
     out, outgoing = body, parsed
     if decision.mode == "active" and result is not None and report.get("rewritten"):
         outgoing = result.request
@@ -784,7 +784,7 @@ class _AsSent:
         self.ex.decoded = self.ex.server_decoded
         return await relay(self.ex, self.raw, self.record)
 
-    def on_refused(self, state: ProxyState, tenant: str, session: Any, size: int) -> Refused:
+    def on_refused(self, state: ProxyState, tenant: str, session: Any) -> Refused:
         """What :func:`relay` does when the upstream refuses the rewrite: send the
         request as the client sent it, and when that one is accepted, send the
         session's requests so for a while (``ProxyState.refused_sessions``) and let the

@@ -20,7 +20,7 @@ import re
 from importlib import resources
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ctxwarden.tokens.counter import TokenizerSpec
 
@@ -67,11 +67,17 @@ class Registry(BaseModel):
     tokenizers: dict[str, TokenizerSpecModel]
     cache_pricing: dict[str, CachePricing]
 
+    _by_id: dict[str, ModelInfo] = PrivateAttr(default_factory=dict)
+    """The entries by normalized id, built once (a lookup runs on every request)."""
+
+    def model_post_init(self, context: object, /) -> None:
+        self._by_id = {normalize_model_name(m.id): m for m in self.models}
+
     def lookup(self, name: str | None) -> ModelInfo | None:
         """The entry for a model name, or ``None`` when the registry does not know it."""
         if not name:
             return None
-        return _lookup(self, normalize_model_name(name))
+        return _lookup(self._by_id, normalize_model_name(name))
 
     def binds_thinking(self, info: ModelInfo | None) -> bool:
         """Whether a model's thinking blocks are bound to their prefix (module doc);
@@ -112,11 +118,10 @@ def normalize_model_name(name: str) -> str:
     return _PROVIDER_PREFIX.sub("", base)
 
 
-def _lookup(registry: Registry, name: str) -> ModelInfo | None:
+def _lookup(by_id: dict[str, ModelInfo], name: str) -> ModelInfo | None:
     """The entry named exactly, else the longest id the name starts with where the
     name goes on with no letter or digit (``gpt-5-2025-08-07`` is ``gpt-5``, not
     ``gpt-5-2``; ``claude-fable-5-1@20260101`` is ``claude-fable-5-1``)."""
-    by_id = {normalize_model_name(m.id): m for m in registry.models}
     if name in by_id:
         return by_id[name]
     best: ModelInfo | None = None
