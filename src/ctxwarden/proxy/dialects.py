@@ -18,7 +18,7 @@ from ctxwarden.proxy.recall import (
     tool_description,
     tool_parameters,
 )
-from ctxwarden.tokens.registry import load_registry
+from ctxwarden.tokens.registry import model_binds_thinking
 
 __all__ = ["DIALECTS", "MAX_TOOLS", "ChoiceKind", "Dialect", "choice_kind", "own_tools"]
 
@@ -408,7 +408,7 @@ class MessagesDialect:
         assistant message, and a binding model the later rounds' blocks). A binding
         model may think unasked (Claude Opus 5.5 always does), so for it the choice
         goes by the model alone, the same on every turn: its tool list never changes."""
-        if thinks(request) or binds_thinking(request.get("model")):
+        if thinks(request) or model_binds_thinking(request.get("model")):
             return None
         spec = {"name": RECALL_TOOL_NAME, "description": tool_description,
                 "input_schema": tool_parameters}  # fmt: skip
@@ -464,19 +464,12 @@ class MessagesDialect:
         return out
 
 
-def binds_thinking(model: Any) -> bool:
-    """Whether the registry takes ``model`` to bind its thinking blocks to their prefix
-    (a model it does not know, or no model named, does)."""
-    registry = load_registry()
-    return registry.binds_thinking(registry.lookup(model if isinstance(model, str) else None))
-
-
 def bound_thinking(api: str, request: dict[str, Any]) -> bool:
     """Whether ``request`` is a Messages request to a model that binds thinking to its
     prefix: a thinking block it carries, or the one its answer may bring (such a model
     may think unasked), is valid only after what the model saw when it was produced,
     the session's adopted replacements included."""
-    return api == "anthropic.messages" and binds_thinking(request.get("model"))
+    return api == "anthropic.messages" and model_binds_thinking(request.get("model"))
 
 
 def thinks(request: dict[str, Any]) -> bool:

@@ -32,6 +32,8 @@ import json
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from ctxwarden.tokens.registry import model_binds_thinking
+
 __all__ = [
     "SIGNATURE_PREFIX",
     "canonical",
@@ -106,13 +108,9 @@ def sign(payload: dict[str, Any], text: str) -> str:
     return f"{SIGNATURE_PREFIX}{text_digest(text)}.{prefix_digest(payload)}"
 
 
-def model_binds(model: Any) -> bool:
-    """Whether ``model``'s thinking blocks are bound to their prefix, as the registry
-    says (``reg.binds_thinking(reg.lookup(model))``; an unknown model binds)."""
-    from ctxwarden.tokens.registry import load_registry  # not needed to import the fake
-
-    registry = load_registry()
-    return registry.binds_thinking(registry.lookup(model if isinstance(model, str) else None))
+model_binds = model_binds_thinking
+"""Whether ``model``'s thinking blocks are bound to their prefix, as the registry says
+(an unknown model binds)."""
 
 
 def thinking_error(payload: Any, binds: bool | None = None) -> str | None:

@@ -24,7 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ctxwarden.tokens.counter import TokenizerSpec
 
-__all__ = ["CachePricing", "ModelInfo", "Registry", "load_registry", "normalize_model_name"]
+__all__ = [
+    "CachePricing",
+    "ModelInfo",
+    "Registry",
+    "load_registry",
+    "model_binds_thinking",
+    "normalize_model_name",
+]
 
 
 class CachePricing(BaseModel):
@@ -130,6 +137,13 @@ def _lookup(by_id: dict[str, ModelInfo], name: str) -> ModelInfo | None:
         if len(key) > best_len and name.startswith(key) and not name[len(key)].isalnum():
             best, best_len = info, len(key)
     return best
+
+
+def model_binds_thinking(model: object) -> bool:
+    """Whether the shipped registry takes ``model`` (a request's ``model`` value) to bind
+    its thinking blocks to their prefix (a model it does not know, or none named, does)."""
+    registry = load_registry()
+    return registry.binds_thinking(registry.lookup(model if isinstance(model, str) else None))
 
 
 @functools.cache
