@@ -166,6 +166,8 @@ _MIB = 1024 * 1024
          (("lots", "^--max-owed-held-bytes: "), ("0", "^--max-owed-held-bytes: "))),
         ("--max-engine-wait", "max_engine_wait", 1.0, ("0", 0.0), ("2.5", 2.5),
          (("-1", "^--max-engine-wait: "),)),
+        ("--max-bound-wait", "max_bound_wait", 30.0, ("0", 0.0), ("5", 5.0),
+         (("-1", "^--max-bound-wait: "), ("nan", "^--max-bound-wait: "))),
     ],
 )  # fmt: skip
 def test_a_number_comes_from_flag_or_environment_and_is_checked(

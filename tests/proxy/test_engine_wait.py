@@ -137,10 +137,11 @@ async def test_a_request_behind_a_busy_engine_thread_goes_out_as_it_came(
     assert gate.calls == 1  # the second request's condense never ran
 
 
+@pytest.mark.parametrize("name", ["max_engine_wait", "max_bound_wait"])
 @pytest.mark.parametrize("wait", [-1.0, float("nan"), 4000.0])
-def test_max_engine_wait_is_checked(wait: float) -> None:
-    with pytest.raises(ConfigError, match="max_engine_wait"):
-        ProxySettings(max_engine_wait=wait)
+def test_max_engine_wait_is_checked(name: str, wait: float) -> None:
+    with pytest.raises(ConfigError, match=name):
+        ProxySettings(**{name: wait})
 
 
 async def test_an_agent_behind_a_busy_engine_thread_keeps_its_tool_list(
@@ -243,3 +244,25 @@ async def test_a_request_with_thinking_bound_to_its_prefix_waits_for_its_condens
         event = proxy.recorder.last(route="messages")
     assert gate.calls == (2 if waits else 1)
     assert (event.get("fallback_reason") is None) is waits
+
+
+async def test_a_request_with_bound_thinking_waits_at_most_max_bound_wait(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Gate]
+) -> None:
+    # a stuck engine thread must not hang it: past the longer wait it goes as sent
+    call = {"type": "tool_use", "id": "tu_1", "name": "read", "input": {"path": "a"}}
+    result = {"type": "tool_result", "tool_use_id": "tu_1", "content": "a"}
+    body = orjson.dumps({"model": "claude-fable-5-1", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "go"}, {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]}]})  # fmt: skip
+    settings = {"max_engine_wait": 0.1, "max_bound_wait": 0.6}
+    async with make_proxy(**settings) as proxy, _engine_held(proxy, monkeypatch, opened) as gate:
+        task = asyncio.create_task(_post(proxy, body, "/v1/messages"))
+        done, _ = await asyncio.wait({task}, timeout=0.3)
+        assert not done  # past max_engine_wait, still waiting
+        status, _ = await asyncio.wait_for(task, 10.0)
+        assert status == 200
+        assert proxy.fake.received[-1].body == body  # as sent
+        event = proxy.recorder.last(route="messages")
+        gate.open()
+    assert event["fallback_reason"] == "proxy: limit: engine thread busy for over 0.6 s"

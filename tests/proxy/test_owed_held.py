@@ -210,11 +210,11 @@ async def test_held_bytes_count_during_the_exchange_and_are_given_back(
     seen: list[int] = []
     relay = handlers.relay
 
-    async def relay_spy(ex: Any, body: Any, record: Any, *args: Any) -> Any:
+    async def relay_spy(ex: Any, body: Any, record: Any, *args: Any, **kwargs: Any) -> Any:
         seen.append(ex.state.owed_held.held)
         if ending == "relay_fails":
             raise RuntimeError("relay broke")
-        return await relay(ex, body, record, *args)
+        return await relay(ex, body, record, *args, **kwargs)
 
     monkeypatch.setattr(handlers, "relay", relay_spy)
     async with make_proxy(max_body_bytes=CAP) as proxy:
@@ -337,9 +337,9 @@ async def test_an_over_cap_body_of_a_tenant_owing_nothing_is_relayed_as_a_stream
     bodies: list[Any] = []
     relay = handlers.relay
 
-    async def relay_spy(ex: Any, body: Any, record: Any, *args: Any) -> Any:
+    async def relay_spy(ex: Any, body: Any, record: Any, *args: Any, **kwargs: Any) -> Any:
         bodies.append(body)
-        return await relay(ex, body, record, *args)
+        return await relay(ex, body, record, *args, **kwargs)
 
     monkeypatch.setattr(handlers, "relay", relay_spy)
     async with make_proxy(max_body_bytes=CAP) as proxy:

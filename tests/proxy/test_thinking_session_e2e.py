@@ -36,9 +36,10 @@ def _output(k: int) -> str:
 
 async def _turn(
     http: aiohttp.ClientSession, proxy: Proxy, model: str, messages: list[Any], k: int,
-    thinking: bool,
+    thinking: bool, headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One agent turn: the model calls bash; the answer is echoed and the output added."""
+    """One agent turn: the model calls bash; the answer is echoed and the output added
+    (``headers``: sent besides the usual ones)."""
     reply = Reply(text="", tool_calls=[ToolCall("bash", {"command": f"ls dir{k}"}, f"tu_{k}")],
                   thinking=f"I will list dir{k} next." if thinking else None)  # fmt: skip
     proxy.fake.script(reply)
@@ -47,7 +48,7 @@ async def _turn(
     if thinking:
         body["thinking"] = THINKING
     async with http.post(
-        f"{proxy.url}/v1/messages", data=orjson.dumps(body), headers=_HEADERS
+        f"{proxy.url}/v1/messages", data=orjson.dumps(body), headers=_HEADERS | (headers or {})
     ) as r:
         answer = await r.json()
         assert r.status == 200, (k, answer)

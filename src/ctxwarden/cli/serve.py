@@ -54,6 +54,12 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
         "seconds a request waits for the engine thread; past it, sent uncondensed (0: no limit)",
         1.0,
     ),
+    (
+        "--max-bound-wait",
+        "seconds a Messages request to a model binding thinking waits for the engine "
+        "thread; past it, sent as the client sent it (0: no limit)",
+        30.0,
+    ),
     ("--gc-interval", "seconds between store garbage collections (0: never)", 600.0),
     ("--memo-mb", "estimated MB the memos keep together (0: none kept; default 768)", None),
     ("--log-level", "debug | info | warning | error", "info"),
@@ -169,6 +175,7 @@ def settings_from_args(
             max_owed_body_bytes=values["--max-owed-body-bytes"],
             max_owed_held_bytes=values["--max-owed-held-bytes"],
             max_engine_wait=values["--max-engine-wait"],
+            max_bound_wait=values["--max-bound-wait"],
             gc_interval=values["--gc-interval"],
             memo_mb=values["--memo-mb"],
         )

@@ -472,6 +472,23 @@ def bound_thinking(api: str, request: dict[str, Any]) -> bool:
     return api == "anthropic.messages" and model_binds_thinking(request.get("model"))
 
 
+def carries_thinking(request: dict[str, Any]) -> bool:
+    """Whether a Messages request sends back a thinking block (``thinking`` or
+    ``redacted_thinking``) in one of its assistant messages."""
+    messages = request.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") in _THINKING_BLOCKS:
+                return True
+    return False
+
+
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
+
 def thinks(request: dict[str, Any]) -> bool:
     """Whether a Messages request asks for thinking (``thinking`` set to anything but
     ``{"type": "disabled"}``)."""

@@ -137,7 +137,7 @@ class FakeUpstream:
 
     def script(self, *replies: Reply | Responder) -> None:
         """Queue replies (or responders); each request takes the next one (then the
-        default)."""
+        default), except one the fake refuses for its shape or its thinking blocks."""
         self.queue.extend(replies)
 
     @property
@@ -213,7 +213,8 @@ class FakeUpstream:
     def _generate(self, api: str) -> Any:
         async def handler(request: web.Request) -> web.StreamResponse:
             item = await self._record(request)
-            given = self.queue.popleft() if self.queue else self.default
+            scripted = bool(self.queue)
+            given = self.queue.popleft() if scripted else self.default
             reply = given if isinstance(given, Reply) else given(_loads(item.body))
             try:
                 if reply.delay:
@@ -236,6 +237,8 @@ class FakeUpstream:
                     shape = None if refused is None else (refused, "messages")
                 if shape is not None:
                     item.finished = True
+                    if scripted:  # a refused request takes no scripted answer
+                        self.queue.appendleft(given)
                     return web.Response(
                         body=error_body(family, 400, shape[0], param=shape[1]),
                         status=400, content_type="application/json",

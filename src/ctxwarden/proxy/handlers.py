@@ -53,9 +53,16 @@ from aiohttp import web
 
 from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import Mode
+from ctxwarden.engine import CondenseResult
 from ctxwarden.errors import MalformedRequest, StoreError, store_failure
 from ctxwarden.proxy.bodies import DecodedBody
-from ctxwarden.proxy.dialects import DIALECTS, bound_thinking, choice_kind, own_tools
+from ctxwarden.proxy.dialects import (
+    DIALECTS,
+    bound_thinking,
+    carries_thinking,
+    choice_kind,
+    own_tools,
+)
 from ctxwarden.proxy.engine_wait import run_within
 from ctxwarden.proxy.owed import (
     may_name_previous,
@@ -251,40 +258,97 @@ async def _count_tokens(ex: Exchange, record: RequestRecord) -> web.StreamRespon
     record.set(api="anthropic.messages", bytes_before=len(raw), bytes_after=len(raw))
     wanted = header_mode(ex.request.headers.get("x-ctxwarden-mode"))
     server_mode: Mode = state.settings.mode or state.engine.config.mode
-    exact = (wanted or server_mode) != "active" or state.kill_switch.engaged
-    decoded = None if exact else await decode_request(ex, raw, cap)
-    parsed = await _json_object(decoded.data) if decoded is not None and decoded.data else None
-    if parsed is None or not bound_thinking("anthropic.messages", parsed):
-        return await relay(ex, raw, record)
     session = ex.request.headers.get("x-ctxwarden-session") or None
     tenant = state.tenants.for_headers(ex.request.headers)
-
-    def adopted() -> Any:
-        try:
-            return state.engine.as_adopted(parsed, session=session, tenant=tenant)
-        except Exception as exc:  # as sent, whatever went wrong
-            _log.error("count_tokens: the session's replacements failed: %s", type(exc).__name__)
-            return None
-
-    _, result = await run_within(state.executor, 0.0, adopted)
-    if (
-        result is None
-        or not result.report.get("rewritten")
-        or state.refuses(tenant, result.report.get("session"))
-    ):
+    if (wanted or server_mode) != "active" or state.kill_switch.engaged:
+        rescue = await _exact_rescue(ex, record, raw, session, tenant)
+        return await relay(ex, raw, record, on_refused=rescue)
+    decoded = await decode_request(ex, raw, cap)
+    parsed = await _json_object(decoded.data) if decoded.data else None
+    if parsed is None or not bound_thinking("anthropic.messages", parsed):
+        return await relay(ex, raw, record)
+    result = await _adopted(state, parsed, session, tenant)
+    if result is None:
         return await relay(ex, raw, record)
     out = await orjson_dump(result.request, len(raw))
     record.set(bytes_after=len(out))
     record.mode = "active"
-    coded = ex.server_decoded or (decoded is not None and decoded.coded)
+    coded = ex.server_decoded or decoded.coded
 
-    async def as_sent() -> web.StreamResponse:  # counting twice is harmless
+    async def as_sent(_: web.Response) -> web.StreamResponse:  # counting twice is harmless
         record.set(bytes_after=len(raw), fallback_reason=_REFUSED_NOW, fallbacks=1)
         ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
 
     ex.decoded = coded
     return await relay(ex, out, record, on_refused=as_sent)
+
+
+async def _adopted(
+    state: ProxyState, parsed: dict[str, Any], session: str | None, tenant: str
+) -> CondenseResult | None:
+    """``parsed`` (a Messages request) with its session's adopted replacements
+    (:meth:`Engine.as_adopted`, on the engine thread within ``max_bound_wait``), or
+    ``None``: there are none, the session goes as sent lately (refused), the engine
+    thread is behind, or the engine failed (logged by type, no contents)."""
+
+    def adopted() -> CondenseResult | None:
+        try:
+            return state.engine.as_adopted(parsed, session=session, tenant=tenant)
+        except Exception as exc:  # as sent, whatever went wrong
+            _log.error("the session's adopted replacements failed: %s", type(exc).__name__)
+            return None
+
+    _, result = await run_within(state.executor, state.settings.max_bound_wait, adopted)
+    if (
+        result is None
+        or not result.report.get("rewritten")
+        or state.refuses(tenant, result.report.get("session"))
+    ):
+        return None
+    return result
+
+
+async def _exact_rescue(
+    ex: Exchange, record: RequestRecord, raw: bytes, session: str | None, tenant: str
+) -> Refused | None:
+    """For a Messages request (or token count) sent as the client sent it without the
+    engine (exact mode, the kill switch): :func:`_adopted_on_refusal`. The body is read
+    only when its bytes name a thinking block's ``signature`` or a redacted one."""
+    decoded = await decode_request(ex, raw, ex.state.settings.max_body_bytes)
+    data = decoded.data
+    if data is None or (b'"signature"' not in data and b'"redacted_thinking"' not in data):
+        return None
+    parsed = await _json_object(data)
+    if parsed is None:
+        return None
+    return _adopted_on_refusal(ex, record, parsed, session, tenant, decoded.coded, len(data))
+
+
+def _adopted_on_refusal(
+    ex: Exchange, record: RequestRecord, parsed: dict[str, Any], session: str | None,
+    tenant: str, coded: bool, size: int,
+) -> Refused | None:  # fmt: skip
+    """What to do when the upstream refuses a Messages request sent as the client sent
+    it (``parsed``, ``size`` bytes; ``coded``: its body came content-encoded) that carries thinking
+    blocks of a model binding them to their prefix: those blocks were produced after
+    the session's rewrite when it was condensed before its thinking began, so send it
+    with the session's adopted replacements (:func:`_adopted`), nothing new; with none,
+    the refusal is the answer. ``None`` for any other request (its 400 is relayed)."""
+    if not (bound_thinking("anthropic.messages", parsed) and carries_thinking(parsed)):
+        return None
+
+    async def rescue(refusal: web.Response) -> web.StreamResponse:
+        result = await _adopted(ex.state, parsed, session, tenant)
+        if result is None:
+            return refusal
+        out = await orjson_dump(result.request, size)
+        record.set(bytes_after=len(out), fallback_reason=_ADOPTED_NOW, fallbacks=1)
+        record.at_least("warning")
+        ex.decoded = ex.server_decoded or coded
+        return await relay(ex, out, record)
+
+    return rescue
 
 
 async def _json_object(data: bytes) -> dict[str, Any] | None:
@@ -362,6 +426,9 @@ async def _condense_one(
     if quick.mode == "exact":
         record.mode = "exact"
         record.set(rollout_reason=quick.reason)
+        if api == "anthropic.messages":
+            rescue = await _exact_rescue(ex, record, raw, session, tenant)
+            return await relay(ex, raw, record, on_refused=rescue)
         if not responses:
             return await relay(ex, raw, record)
         # a Responses continuation still gets what the response it continues owes
@@ -420,7 +487,8 @@ async def _condense_one(
     # a request to a model that binds thinking to its prefix waits for its condense:
     # sent without its session's adopted replacements, the provider would refuse the
     # thinking it carries, or the request that brings back the thinking it answers with
-    wait = 0.0 if bound_thinking(api, parsed) else state.settings.max_engine_wait
+    bound = bound_thinking(api, parsed)
+    wait = state.settings.max_bound_wait if bound else state.settings.max_engine_wait
     try:
         ran, outcome = await run_within(
             lane(state, quick), wait,
@@ -444,9 +512,14 @@ async def _condense_one(
     if decision.key is not None and responses and stored(parsed):
         ex.canary = (tenant, decision.key)  # kept under the id of the answer (rollout.py)
     as_sent = _AsSent(ex, record, raw, parsed, owed, decoded.coded, len(body))
+    # sent as the client sent it without the engine's word: with the session's adopted
+    # replacements if the upstream refuses thinking produced after them
+    rescue = None
+    if bound and (failure is not None or result is None):
+        rescue = _adopted_on_refusal(ex, record, parsed, session, tenant, decoded.coded, len(body))
     if failure is not None:
         _note_failure(record, failure)
-        return await as_sent.relay()
+        return await as_sent.relay(on_refused=rescue)
     # a dropped request goes on as one the engine left unchanged: an agent still gets
     # the recall tool, so its tool list (the start of its cached prompt) never changes
     report: dict[str, Any] = result.report if result is not None else {}
@@ -494,7 +567,7 @@ async def _condense_one(
             )
     if out is body:
         ex.decoded = ex.server_decoded
-        return await relay(ex, raw, record)
+        return await relay(ex, raw, record, on_refused=rescue)
     return await relay(ex, out, record, on_refused=refused)
 
 
@@ -752,6 +825,10 @@ def _offers_recall(request: dict[str, Any], references: bool) -> bool:
 
 _REFUSED_BEFORE = "proxy: refused: the upstream refused a rewrite of this session lately"
 _REFUSED_NOW = "refused: the upstream answered 400 to the rewrite; sent as the client sent it"
+_ADOPTED_NOW = (
+    "refused: the upstream answered 400 to the request as sent, whose thinking followed"
+    " the session's rewrite; sent with the session's adopted replacements"
+)
 
 
 @dataclass(slots=True)
@@ -777,12 +854,13 @@ class _AsSent:
             recall_injected=None, recall_rounds=None,
         )  # fmt: skip
 
-    async def relay(self) -> web.StreamResponse:
+    async def relay(self, on_refused: Refused | None = None) -> web.StreamResponse:
         if self.owed:
             self.ex.decoded = self.ex.server_decoded or self.coded
-            return await relay(self.ex, orjson.dumps(settle(self.parsed, self.owed)), self.record)
+            out = orjson.dumps(settle(self.parsed, self.owed))
+            return await relay(self.ex, out, self.record, on_refused=on_refused)
         self.ex.decoded = self.ex.server_decoded
-        return await relay(self.ex, self.raw, self.record)
+        return await relay(self.ex, self.raw, self.record, on_refused=on_refused)
 
     def on_refused(self, state: ProxyState, tenant: str, session: Any) -> Refused:
         """What :func:`relay` does when the upstream refuses the rewrite: send the
@@ -791,7 +869,7 @@ class _AsSent:
         engine forget the session: the refusal was the rewrite's, and what the provider
         answers from now on follows the request as sent."""
 
-        async def resend() -> web.StreamResponse:
+        async def resend(_: web.Response) -> web.StreamResponse:
             self.undone()
             self.record.set(fallback_reason=_REFUSED_NOW)
             self.record.at_least("warning")

@@ -204,15 +204,22 @@ other non-SSE answer (audio, a file, a large listing) streams to the client."""
 def _read_whole(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
     if request.method == "HEAD":
         return True
-    if upstream.content_type != "application/json":
-        return False
+    return upstream.content_type == "application/json" and _small(upstream)
+
+
+def _small(upstream: aiohttp.ClientResponse) -> bool:
+    """Whether an answer may be read whole: of unknown size or at most
+    :data:`WHOLE_JSON_BYTES`."""
     length = upstream.content_length
     return length is None or length <= WHOLE_JSON_BYTES
 
 
-Refused = Callable[[], Awaitable[web.StreamResponse]]
-"""What to do instead when the upstream refuses a body ctxwarden rewrote (a 400 before
-anything reached the client): send the request as the client sent it."""
+Refused = Callable[[web.Response], Awaitable[web.StreamResponse]]
+"""What to do instead when the upstream refuses a body (a 400 before anything reached
+the client), given that refusal (read whole) to return when there is nothing better:
+send the request as the client sent it instead of ctxwarden's rewrite, or the
+session's rewrite instead of the client's bytes (a model binding thinking to its
+prefix refuses those once the session's thinking followed a rewrite)."""
 
 REFUSED_STATUS = 400
 
@@ -222,25 +229,26 @@ async def relay(
     on_refused: Refused | None = None,
 ) -> web.StreamResponse:  # fmt: skip
     """Send ``body`` (``length``: see ``Upstream.open``) and relay the answer (see
-    module contract); a 400 answer is not relayed when ``on_refused`` is given: its
-    answer is."""
+    module contract); a 400 answer (not an event stream, read whole) is not relayed
+    when ``on_refused`` is given: it goes to ``on_refused``, whose answer is."""
     started = time.perf_counter()
     try:
         async with ex.open(body, length) as upstream:
             record.headers_in(time.perf_counter() - started)
             record.set(upstream_status=upstream.status)
-            refused = on_refused is not None and upstream.status == REFUSED_STATUS
-            if not refused:
-                sse = _is_sse(upstream)
-                if sse or not _read_whole(ex.request, upstream):
-                    return await _relay_streamed(ex, upstream, record, sse)
-                data = await _read(upstream)
-                status, headers = upstream.status, _plain_headers(ex.request, upstream)
-                json_answer = upstream.content_type == "application/json"
+            sse = _is_sse(upstream)
+            refused = (
+                on_refused is not None and upstream.status == REFUSED_STATUS and _small(upstream)
+            )
+            if sse or not (refused or _read_whole(ex.request, upstream)):
+                return await _relay_streamed(ex, upstream, record, sse)
+            data = await _read(upstream)
+            status, headers = upstream.status, _plain_headers(ex.request, upstream)
+            json_answer = upstream.content_type == "application/json"
     finally:  # read, cut off, refused or left by the client: the upstream's time
         record.add_upstream(time.perf_counter() - started)
     if on_refused is not None and refused:
-        return await on_refused()
+        return await on_refused(web.Response(body=data, status=status, headers=headers))
     if json_answer and (b'"usage"' in data or ex.canary is not None):
         obj = _loads(data)
         record.usage.observe(obj)
@@ -397,7 +405,7 @@ async def relay_with_recall(
             record.add_upstream(time.perf_counter() - started)
         record.set(upstream_status=status, recall_rounds=rounds)
         if on_refused is not None and not rounds and status == REFUSED_STATUS:
-            return await on_refused()
+            return await on_refused(web.Response(body=data, status=status, headers=headers))
         obj = _loads(data) if status == 200 else None
         if not isinstance(obj, dict):
             return web.Response(body=data, status=status, headers=headers)
@@ -480,7 +488,12 @@ async def _stream_loop(
                 refused = (
                     on_refused is not None and out is None and upstream.status == REFUSED_STATUS
                 )
-                if not refused:
+                if refused:
+                    refusal = web.Response(
+                        body=await _read(upstream), status=upstream.status,
+                        headers=response_headers(upstream.headers),
+                    )  # fmt: skip
+                else:
                     if out is None and upstream.status == 200 and _is_sse(upstream):
                         out = web.StreamResponse(
                             status=200, headers=response_headers(upstream.headers)
@@ -498,7 +511,7 @@ async def _stream_loop(
         finally:  # however the round ended, the client leaving included
             record.add_upstream(time.perf_counter() - started)
         if on_refused is not None and refused:
-            return await on_refused()
+            return await on_refused(refusal)
         result = flt.round_result()
         if owing is not None and owing.announced_before():
             debt += result.assistant or []  # a later round than the response the client sees

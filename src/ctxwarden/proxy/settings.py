@@ -55,6 +55,12 @@ class ProxySettings:
     max_engine_wait: float = 1.0
     """Seconds a request waits for the engine thread to start its condense; past it the
     request is sent uncondensed (:mod:`ctxwarden.proxy.engine_wait`). 0: no limit."""
+    max_bound_wait: float = 30.0
+    """Seconds a Messages request to a model that binds thinking to its prefix (or a
+    token count of one) waits for the engine thread to start its condense: sent
+    without its session's adopted replacements, the provider may refuse the thinking
+    it carries, so it waits longer than ``max_engine_wait``; past it, it is sent as
+    the client sent it (a stuck store must not hang it). 0: no limit."""
     gc_interval: float = 600.0
     """Seconds between store garbage collections (TTL and byte cap); 0: never (an
     operator runs ``ctxwarden store gc`` instead)."""
@@ -130,6 +136,10 @@ class ProxySettings:
         if not 0 <= self.max_engine_wait <= 3600:  # NaN too
             raise ConfigError(
                 f"{self.max_engine_wait} is not 0 (no limit) to 3600 seconds", "max_engine_wait"
+            )
+        if not 0 <= self.max_bound_wait <= 3600:  # NaN too
+            raise ConfigError(
+                f"{self.max_bound_wait} is not 0 (no limit) to 3600 seconds", "max_bound_wait"
             )
         if self.memo_mb is not None and not 0 <= self.memo_mb <= 1024 * 1024:  # NaN too
             raise ConfigError(f"{self.memo_mb} is not 0 to 1048576 MB", "memo_mb")
