@@ -46,10 +46,12 @@ from ctxwarden.errors import (
 from ctxwarden.model.classify import classify, signed_reasoning_end
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes, wire_size
+from ctxwarden.model.parts import ReasoningPart
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
 from ctxwarden.pipeline.presets import resolve_pipeline
 from ctxwarden.pipeline.state import SessionState
+from ctxwarden.pipeline.thinking import drop_thinking, droppable_from, opens_user_turn
 from ctxwarden.pipeline.validate import validate_rewrite
 from ctxwarden.store import Store, open_store
 from ctxwarden.store.recall import Recalled
@@ -64,6 +66,24 @@ DEFAULT_TENANT = "local"
 _MAX_AS_SENT_SECONDS = 30 * 24 * 3600.0
 """The longest :meth:`Engine.forget_session` holds a session as sent (a longer or
 infinite hold is this)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ThinkingBound:
+    """Where a request's new replacements may go (``Condenser.run``'s arguments of the
+    same names): from message ``new_edits_from`` on; adopted ones before
+    ``held_before`` stay whatever became of their artifacts; ``thinking_turn``: a
+    step before ``held_before`` leaves out the thinking after it."""
+
+    new_edits_from: int
+    held_before: int
+    thinking_turn: bool
+
+    @staticmethod
+    def nothing_new(conversation: Conversation) -> _ThinkingBound:
+        """Past every message: the adopted replacements alone, all held."""
+        end = len(conversation.messages) + 1
+        return _ThinkingBound(end, end, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,11 +377,11 @@ class Engine:
             report["duration_ms"] = _ms(started)
             return CondenseResult(dict(request), report)
         bound = (  # past every message: nothing new anywhere
-            len(conversation.messages) + 1
+            _ThinkingBound.nothing_new(conversation)
             if adopted_only
-            else self._thinking_bound(conversation, info)
+            else self._thinking_bound(conversation, info, one_shot)
         )
-        report["new_edits_from"] = bound
+        report["new_edits_from"] = bound.new_edits_from
         try:
             outcome = self.condenser.run(
                 conversation,
@@ -373,12 +393,18 @@ class Engine:
                 element_tokens=element_tokens,
                 element_hashes=hashes,
                 one_shot=one_shot,
-                new_edits_from=bound,
+                new_edits_from=bound.new_edits_from,
+                held_before=bound.held_before,
+                thinking_turn=bound.thinking_turn,
             )
             try:
                 rendered, rendered_size = self._render_checked(
                     conversation, outcome, adapter.render
                 )
+                if outcome.thinking_drops:
+                    rendered, rendered_size = self._thinking_dropped(
+                        conversation, outcome, rendered, rendered_size, adapter.render, counter
+                    )
             except BaseException:
                 with contextlib.suppress(Exception):  # best effort: the fallback stands
                     outcome.commit_original()
@@ -406,7 +432,7 @@ class Engine:
             report["duration_ms"] = _ms(started)
             return CondenseResult(dict(request), report)
         report.update(outcome.report)
-        if outcome.conversation is not conversation and rendered is not None:
+        if rendered is not None:
             report["rewritten"] = True
             report["bytes_after"] = rendered_size
             if self.config.include_contents_in_report:  # asked for: the texts sent instead
@@ -432,11 +458,45 @@ class Engine:
         differs from what it was produced for)."""
         return conversation.api == "anthropic.messages" and self.registry.binds_thinking(info)
 
-    def _thinking_bound(self, conversation: Conversation, info: ModelInfo | None) -> int:
-        """Where new replacements may start (``Condenser.run``'s ``new_edits_from``):
-        after the last signed thinking block of a request to a binding model
-        (:meth:`_binds`); 0 otherwise."""
-        return signed_reasoning_end(conversation) if self._binds(conversation, info) else 0
+    def _thinking_bound(
+        self, conversation: Conversation, info: ModelInfo | None, one_shot: bool
+    ) -> _ThinkingBound:
+        """Where new replacements may start, for a request to a model binding thinking
+        to its prefix (:meth:`_binds`): after its last signed thinking block; at the
+        opening of a user turn of a session (its state kept), anywhere the thinking
+        after it can be left out (:mod:`ctxwarden.pipeline.thinking`). Anywhere for
+        other requests."""
+        if not self._binds(conversation, info):
+            return _ThinkingBound(0, 0, False)
+        signed_end = signed_reasoning_end(conversation)
+        if signed_end and not one_shot and opens_user_turn(conversation):
+            return _ThinkingBound(droppable_from(conversation), signed_end, True)
+        return _ThinkingBound(signed_end, signed_end, False)
+
+    @staticmethod
+    def _thinking_dropped(
+        original: Conversation, outcome: CondenseOutcome, rendered: dict[str, Any] | None,
+        size: int, render: Any, counter: TokenCounter,
+    ) -> tuple[dict[str, Any] | None, int]:  # fmt: skip
+        """``rendered`` (of ``size`` bytes; ``None``: nothing else was rewritten) without
+        the thinking blocks the session no longer sends, and its size (as given when
+        there were none); the outcome's ``tokens_after`` loses their tokens and
+        ``thinking_dropped`` counts them."""
+        base = rendered if rendered is not None else render(original)
+        out, dropped = drop_thinking(base, outcome.thinking_drops, original.messages_key)
+        if not dropped:
+            return rendered, size
+        tokens = sum(
+            counter.count_text(part.text)
+            for start, end in outcome.thinking_drops
+            for message in original.messages[start:end]
+            if message.role == "assistant"
+            for part in message.parts
+            if isinstance(part, ReasoningPart)
+        )
+        outcome.report["thinking_dropped"] = dropped
+        outcome.report["tokens_after"] = max(0, outcome.report["tokens_after"] - tokens)
+        return out, len(orjson.dumps(out))
 
     @staticmethod
     def _render_checked(

@@ -181,38 +181,76 @@ def test_the_report_says_where_new_edits_may_start() -> None:
 
 
 @st.composite
-def _sessions(draw: st.DrawFn) -> tuple[str, list[bool], list[int], int | None]:
-    """A model, per turn whether the model thinks, output sizes, and a turn at which
+def _sessions(draw: st.DrawFn) -> tuple[str, list[bool], list[int], list[bool], int | None]:
+    """A model, per request whether the model thinks, output sizes, whether it closes
+    the user's turn (a text answer, then a new user message), and a request at which
     the store loses every artifact (or none)."""
-    n = draw(st.integers(4, 14))
+    n = draw(st.integers(4, 18))
     thinking = draw(st.lists(st.booleans(), min_size=n, max_size=n))
     sizes = draw(st.lists(st.integers(5, 200), min_size=n, max_size=n))
+    closes = draw(st.lists(st.booleans(), min_size=n, max_size=n))
     loss = draw(st.none() | st.integers(0, n - 1))
-    return draw(st.sampled_from([BINDING, "claude-opus-5-5"])), thinking, sizes, loss
+    model = draw(st.sampled_from([BINDING, "claude-opus-5-5"]))
+    return model, thinking, sizes, closes, loss
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _blocks(message: dict[str, Any]) -> list[Any]:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(session=_sessions(), preset=st.sampled_from(["balanced", "aggressive"]))
 def test_every_bound_block_reaches_the_model_after_what_it_was_produced_for(
-    session: tuple[str, list[bool], list[int], int | None], preset: str
+    session: tuple[str, list[bool], list[int], list[bool], int | None], preset: str
 ) -> None:
     # the model signs each thinking block over the request it answers (as sent, after
-    # condensing); every later request must send each block after the same prefix
-    model, thinking, sizes, loss = session
+    # condensing); every later request must send each block after the same prefix, or
+    # leave it out (only at the opening of a user turn, and for good: a block left out
+    # never comes back, and none of the current turn's is left out)
+    model, thinking, sizes, closes, loss = session
     store = _Blip()
     engine = make_engine(preset, FORCE, store=store)
     history: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing build."}]
-    for k, (thinks, size) in enumerate(zip(thinking, sizes, strict=True)):
+    left_out: set[str] = set()  # signatures of blocks no longer sent
+    for k, (thinks, size, close) in enumerate(zip(thinking, sizes, closes, strict=True)):
         if k == loss:
             store._items.clear()
         request = {"model": model, "max_tokens": 1024, "system": "You are a coding agent.",
                    "messages": copy.deepcopy(history)}  # fmt: skip
-        sent = engine.condense(request, api="anthropic.messages", session="prop").request
+        result = engine.condense(request, api="anthropic.messages", session="prop")
+        sent = result.request
         assert thinking_error(sent, binds=True) is None, k
+        assert len(sent["messages"]) == len(history)
+        opening = isinstance(history[-1]["content"], str)  # a user's text: a new turn
+        turn_start = max(i for i, m in enumerate(history)
+                         if m["role"] == "user" and isinstance(m["content"], str))  # fmt: skip
+        signed = {b["signature"] for m in sent["messages"] for b in _blocks(m)
+                  if b.get("type") == "thinking"}  # fmt: skip
+        for i, message in enumerate(history):
+            for block in _blocks(message):
+                if block.get("type") != "thinking":
+                    continue
+                if block["signature"] in signed:
+                    assert block["signature"] not in left_out, k  # never back
+                    continue
+                assert i < turn_start, k  # the current turn keeps its thinking
+                if block["signature"] not in left_out:
+                    assert opening, k  # left out only at a user turn's opening
+                    left_out.add(block["signature"])
+        for before, after in zip(history, sent["messages"], strict=True):
+            assert after["role"] == before["role"]
+            assert after["content"], k  # never left empty
         blocks: list[dict[str, Any]] = []
         if thinks:
             blocks.append({"type": "thinking", "thinking": f"Plan {k}.",
                            "signature": sign(sent, f"Plan {k}.")})  # fmt: skip
+        if close:
+            history += [
+                {"role": "assistant", "content": [*blocks, {"type": "text", "text": f"Done {k}."}]},
+                {"role": "user", "content": f"Now task {k + 1}."},
+            ]  # fmt: skip
+            continue
         blocks.append({"type": "tool_use", "id": f"t{k}", "name": "bash",
                        "input": {"command": f"ls dir{k}"}})  # fmt: skip
         output = lines_of(f"out{k}", size)
@@ -221,6 +259,40 @@ def test_every_bound_block_reaches_the_model_after_what_it_was_produced_for(
             {"role": "user",
              "content": [{"type": "tool_result", "tool_use_id": f"t{k}", "content": output}]},
         ]  # fmt: skip
+
+
+def test_thinking_is_left_out_from_a_step_at_a_user_turn_on_and_stays_out() -> None:
+    # under pressure, at the opening of a user turn, a step rewrites old outputs and the
+    # thinking from its first rewritten message on is left out; the next request (a
+    # tool result) leaves the same blocks out and keeps the new turn's
+    engine = _engine()
+    request = _request(BINDING, [True] * 8)
+    request["messages"] += [
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "All done.", "signature": "sig-done"},
+            {"type": "text", "text": "Done."}]},
+        {"role": "user", "content": "Next task."},
+    ]  # fmt: skip
+    first = engine.condense(request, api="anthropic.messages", session="s")
+    assert first.report["new_edits_from"] == 0
+    dropped = first.report["thinking_dropped"]
+    assert dropped >= 1
+    edited = _changed_messages(request, first.request)
+    kept = [b["signature"] for m in first.request["messages"] for b in _blocks(m)
+            if b.get("type") == "thinking"]  # fmt: skip
+    assert kept == [f"sig-{k}" for k in range(8) if 1 + 2 * k < edited[0]]
+    follow = copy.deepcopy(request)
+    follow["messages"] += [
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Look.", "signature": "sig-new"},
+            {"type": "tool_use", "id": "t99", "name": "bash", "input": {"command": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t99",
+                                      "content": "a"}]},
+    ]  # fmt: skip
+    second = engine.condense(follow, api="anthropic.messages", session="s")
+    assert second.report["thinking_dropped"] == dropped
+    assert second.request["messages"][: len(request["messages"])] == first.request["messages"]
+    assert second.request["messages"][-2:] == follow["messages"][-2:]
 
 
 @pytest.mark.parametrize(("model", "kept"), [(BINDING, False), (NOT_BINDING, True)])

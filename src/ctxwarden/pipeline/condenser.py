@@ -97,6 +97,10 @@ class CondenseOutcome:
     report: dict[str, Any] = field(default_factory=dict)
     commit: Callable[[], None] = _nothing
     commit_original: Callable[[], None] = _nothing
+    thinking_drops: tuple[tuple[int, int], ...] = ()
+    """Message ranges ``[start, end)`` whose thinking blocks are left out of what is
+    sent (:attr:`SessionState.thinking_drops` that hold for this request); the caller
+    drops them from the rendered request (:mod:`ctxwarden.pipeline.thinking`)."""
 
 
 class Condenser:
@@ -139,13 +143,23 @@ class Condenser:
         element_hashes: list[str] | None = None,
         one_shot: bool = False,
         new_edits_from: int = 0,
+        held_before: int | None = None,
+        thinking_turn: bool = False,
     ) -> CondenseOutcome:
         """Condense ``conversation``; ``element_tokens`` are its per-element counts.
         ``one_shot``: as the first request of a new session, its state neither read
         nor written (the commits store originals only). ``new_edits_from``: no new
         replacement goes into a message before this index (the adopted ones there are
         re-applied as always): what precedes a thinking block bound to its prefix
-        stays as the block was produced for."""
+        stays as the block was produced for. ``held_before`` (default
+        ``new_edits_from``): adopted replacements in messages before it stay whatever
+        became of their artifacts (see :meth:`_frozen`). ``thinking_turn``: the request
+        opens a user turn of a model binding thinking to its prefix; a step that
+        rewrites a message before ``held_before`` then drops every thinking block from
+        that message to the end of the request, now and on every later request
+        (:attr:`CondenseOutcome.thinking_drops`)."""
+        if held_before is None:
+            held_before = new_edits_from
         raw_state = None if one_shot else self.store.get_state(tenant, session)
         state = SessionState.decode(None) if one_shot else self._decoded(tenant, session, raw_state)
         if state.as_sent_until > time.time():  # refused lately: as given, nothing kept
@@ -172,7 +186,7 @@ class Condenser:
         exact_tokens = element_tokens
         report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
 
-        frozen, failed, kept = self._frozen(state, view, exact_hashes, tenant, new_edits_from)
+        frozen, failed, kept = self._frozen(state, view, exact_hashes, tenant, held_before)
         report["segment_failures"] += len(failed)
         frozen_changes = changes(frozen)
         frozen_saved = sum(saved for _, saved in frozen_changes.values())
@@ -214,6 +228,12 @@ class Condenser:
             )
         )
         adopted = self._commit(view, adopted, frozen, tenant, report)
+        drops = [d for d in state.thinking_drops if _drop_holds(d, exact_hashes)]
+        first = min((_message_of(view, p) for p in adopted), default=held_before)
+        if thinking_turn and first < held_before:  # the blocks from there on would be refused
+            end = len(conversation.messages)
+            drops.append([first, end, exact_hashes[end]])
+        state.thinking_drops = drops
         applied = {**frozen, **adopted}
         result = self._rewriter.rewrite(walk, conversation, applied)
 
@@ -267,7 +287,10 @@ class Condenser:
             self.store.put_state(tenant, session, encoded)
             self._written(tenant, session, encoded, state)
 
-        return CondenseOutcome(result, report, commit=commit, commit_original=commit_original)
+        return CondenseOutcome(
+            result, report, commit=commit, commit_original=commit_original,
+            thinking_drops=tuple((d[0], d[1]) for d in drops),
+        )  # fmt: skip
 
     # -- pieces ------------------------------------------------------------------------
     def _decoded(self, tenant: str, session: str, raw: bytes | None) -> SessionState:
@@ -798,6 +821,22 @@ def _joined(proposals: list[tuple[Path, Replacement]], i: int) -> bool:
     """Whether the proposal after the ``i``-th is taken with it (the same joint)."""
     joint = proposals[i][1].joint
     return joint is not None and i + 1 < len(proposals) and proposals[i + 1][1].joint == joint
+
+
+def _message_of(view: SegmentView, path: Path) -> int:
+    """The index of the message the segment at ``path`` is in."""
+    segment = view.segment(path)
+    if segment is not None:
+        return segment.message_index
+    return path[1] if len(path) > 1 and isinstance(path[1], int) else 0
+
+
+def _drop_holds(drop: list[Any], exact_hashes: list[str]) -> bool:
+    """Whether a stored thinking drop (``[start, end, key]``) names this request's
+    history: its ``end`` messages are resent, the last as it was (element ``end``; 0 is
+    the head)."""
+    end: int = drop[1]
+    return end < len(exact_hashes) and exact_hashes[end] == drop[2]
 
 
 def _from_message(view: SegmentView, start: int) -> SegmentView:

@@ -851,7 +851,7 @@ class _AsSent:
         self.record.set(
             fallbacks=1, bytes_after=self.size, tokens_after=before, tokens_saved=0,
             saving_percent=0.0, transforms={}, references=0, cache_breakpoint=None,
-            recall_injected=None, recall_rounds=None,
+            recall_injected=None, recall_rounds=None, thinking_dropped=None,
         )  # fmt: skip
 
     async def relay(self, on_refused: Refused | None = None) -> web.StreamResponse:
@@ -962,6 +962,7 @@ def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:
         fallback_reason=reason, band=report.get("band"), pressure=report.get("pressure"),
         references=len(report.get("references") or ()), condense_ms=report.get("duration_ms"),
         compaction_step=bool(report.get("compaction_step")),
+        thinking_dropped=report.get("thinking_dropped"),
     )  # fmt: skip
 
 
