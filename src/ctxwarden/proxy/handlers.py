@@ -275,7 +275,7 @@ async def _count_tokens(ex: Exchange, record: RequestRecord) -> web.StreamRespon
     record.mode = "active"
     coded = ex.server_decoded or decoded.coded
 
-    async def as_sent(_: web.Response) -> web.StreamResponse:  # counting twice is harmless
+    async def as_sent(_: web.Response | None) -> web.StreamResponse:  # counting twice is harmless
         record.set(bytes_after=len(raw), fallback_reason=_REFUSED_NOW, fallbacks=1)
         ex.decoded = ex.server_decoded
         return await relay(ex, raw, record)
@@ -322,28 +322,35 @@ async def _exact_rescue(
     parsed = await _json_object(data)
     if parsed is None:
         return None
-    return _adopted_on_refusal(ex, record, parsed, session, tenant, decoded.coded, len(data))
+    return _adopted_on_refusal(ex, record, raw, parsed, session, tenant, decoded.coded, len(data))
 
 
 def _adopted_on_refusal(
-    ex: Exchange, record: RequestRecord, parsed: dict[str, Any], session: str | None,
-    tenant: str, coded: bool, size: int,
+    ex: Exchange, record: RequestRecord, raw: bytes, parsed: dict[str, Any],
+    session: str | None, tenant: str, coded: bool, size: int,
 ) -> Refused | None:  # fmt: skip
     """What to do when the upstream refuses a Messages request sent as the client sent
-    it (``parsed``, ``size`` bytes; ``coded``: its body came content-encoded) that carries thinking
+    it (``raw``; read: ``parsed``, ``size`` bytes; ``coded``: its body came
+    content-encoded) that carries thinking
     blocks of a model binding them to their prefix: those blocks were produced after
     the session's rewrite when it was condensed before its thinking began, so send it
     with the session's adopted replacements (:func:`_adopted`), nothing new; with none,
-    the refusal is the answer. ``None`` for any other request (its 400 is relayed)."""
+    the refusal is the answer (sent again when it could not be read). ``None`` for any
+    other request (its 400 is relayed)."""
     if not (bound_thinking("anthropic.messages", parsed) and carries_thinking(parsed)):
         return None
 
-    async def rescue(refusal: web.Response) -> web.StreamResponse:
+    async def rescue(refusal: web.Response | None) -> web.StreamResponse:
         result = await _adopted(ex.state, parsed, session, tenant)
         if result is None:
-            return refusal
+            if refusal is not None:
+                return refusal
+            ex.decoded = ex.server_decoded  # it could not be read: asked again, as sent
+            return await relay(ex, raw, record)
         out = await orjson_dump(result.request, size)
-        record.set(bytes_after=len(out), fallback_reason=_ADOPTED_NOW, fallbacks=1)
+        record.set(
+            bytes_before=size, bytes_after=len(out), fallback_reason=_ADOPTED_NOW, fallbacks=1
+        )
         record.at_least("warning")
         ex.decoded = ex.server_decoded or coded
         return await relay(ex, out, record)
@@ -516,7 +523,9 @@ async def _condense_one(
     # replacements if the upstream refuses thinking produced after them
     rescue = None
     if bound and (failure is not None or result is None):
-        rescue = _adopted_on_refusal(ex, record, parsed, session, tenant, decoded.coded, len(body))
+        rescue = _adopted_on_refusal(
+            ex, record, raw, parsed, session, tenant, decoded.coded, len(body)
+        )
     if failure is not None:
         _note_failure(record, failure)
         return await as_sent.relay(on_refused=rescue)
@@ -533,7 +542,8 @@ async def _condense_one(
         if not report.get("as_sent"):  # the state lacks the hold (its write failed)
             await _forget(state, tenant, session_key)
         return await as_sent.relay()
-    refused = as_sent.on_refused(state, tenant, session_key)
+    # sent without the engine's word (a cache breakpoint added at most): rescued as above
+    refused = rescue or as_sent.on_refused(state, tenant, session_key)
     out, outgoing = body, parsed
     if decision.mode == "active" and result is not None and report.get("rewritten"):
         outgoing = result.request
@@ -869,7 +879,7 @@ class _AsSent:
         engine forget the session: the refusal was the rewrite's, and what the provider
         answers from now on follows the request as sent."""
 
-        async def resend(_: web.Response) -> web.StreamResponse:
+        async def resend(_: web.Response | None) -> web.StreamResponse:
             self.undone()
             self.record.set(fallback_reason=_REFUSED_NOW)
             self.record.at_least("warning")

@@ -207,6 +207,23 @@ def _read_whole(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
     return upstream.content_type == "application/json" and _small(upstream)
 
 
+async def _refusal(upstream: aiohttp.ClientResponse) -> web.Response | None:
+    """A refused request's answer read whole, or ``None`` when it cannot be (an event
+    stream, past :data:`WHOLE_JSON_BYTES`, cut off)."""
+    if _is_sse(upstream) or not _small(upstream):
+        return None
+    data = bytearray()
+    try:
+        async for chunk in upstream.content.iter_chunked(64 * 1024):
+            data += chunk
+            if len(data) > WHOLE_JSON_BYTES:
+                return None
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+    headers = response_headers(upstream.headers)
+    return web.Response(body=bytes(data), status=upstream.status, headers=headers)
+
+
 def _small(upstream: aiohttp.ClientResponse) -> bool:
     """Whether an answer may be read whole: of unknown size or at most
     :data:`WHOLE_JSON_BYTES`."""
@@ -214,9 +231,11 @@ def _small(upstream: aiohttp.ClientResponse) -> bool:
     return length is None or length <= WHOLE_JSON_BYTES
 
 
-Refused = Callable[[web.Response], Awaitable[web.StreamResponse]]
+Refused = Callable[[web.Response | None], Awaitable[web.StreamResponse]]
 """What to do instead when the upstream refuses a body (a 400 before anything reached
-the client), given that refusal (read whole) to return when there is nothing better:
+the client), given that refusal to return when there is nothing better (``None`` when
+it could not be read whole: an event stream, past :data:`WHOLE_JSON_BYTES`, cut off;
+then the request is sent again instead):
 send the request as the client sent it instead of ctxwarden's rewrite, or the
 session's rewrite instead of the client's bytes (a model binding thinking to its
 prefix refuses those once the session's thinking followed a rewrite)."""
@@ -229,26 +248,27 @@ async def relay(
     on_refused: Refused | None = None,
 ) -> web.StreamResponse:  # fmt: skip
     """Send ``body`` (``length``: see ``Upstream.open``) and relay the answer (see
-    module contract); a 400 answer (not an event stream, read whole) is not relayed
-    when ``on_refused`` is given: it goes to ``on_refused``, whose answer is."""
+    module contract); a 400 answer is not relayed when ``on_refused`` is given: it goes
+    to ``on_refused`` (read whole when it can be), whose answer is."""
     started = time.perf_counter()
     try:
         async with ex.open(body, length) as upstream:
             record.headers_in(time.perf_counter() - started)
             record.set(upstream_status=upstream.status)
-            sse = _is_sse(upstream)
-            refused = (
-                on_refused is not None and upstream.status == REFUSED_STATUS and _small(upstream)
-            )
-            if sse or not (refused or _read_whole(ex.request, upstream)):
-                return await _relay_streamed(ex, upstream, record, sse)
-            data = await _read(upstream)
-            status, headers = upstream.status, _plain_headers(ex.request, upstream)
-            json_answer = upstream.content_type == "application/json"
+            refused = on_refused is not None and upstream.status == REFUSED_STATUS
+            if refused:
+                refusal = await _refusal(upstream)
+            else:
+                sse = _is_sse(upstream)
+                if sse or not _read_whole(ex.request, upstream):
+                    return await _relay_streamed(ex, upstream, record, sse)
+                data = await _read(upstream)
+                status, headers = upstream.status, _plain_headers(ex.request, upstream)
+                json_answer = upstream.content_type == "application/json"
     finally:  # read, cut off, refused or left by the client: the upstream's time
         record.add_upstream(time.perf_counter() - started)
     if on_refused is not None and refused:
-        return await on_refused(web.Response(body=data, status=status, headers=headers))
+        return await on_refused(refusal)
     if json_answer and (b'"usage"' in data or ex.canary is not None):
         obj = _loads(data)
         record.usage.observe(obj)
@@ -489,10 +509,7 @@ async def _stream_loop(
                     on_refused is not None and out is None and upstream.status == REFUSED_STATUS
                 )
                 if refused:
-                    refusal = web.Response(
-                        body=await _read(upstream), status=upstream.status,
-                        headers=response_headers(upstream.headers),
-                    )  # fmt: skip
+                    refusal = await _refusal(upstream)
                 else:
                     if out is None and upstream.status == 200 and _is_sse(upstream):
                         out = web.StreamResponse(
