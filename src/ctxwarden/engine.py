@@ -46,7 +46,6 @@ from ctxwarden.errors import (
 from ctxwarden.model.classify import classify, signed_reasoning_end
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes, wire_size
-from ctxwarden.model.parts import ReasoningPart
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
 from ctxwarden.pipeline.presets import resolve_pipeline
@@ -487,14 +486,10 @@ class Engine:
         if not dropped:
             return rendered, size
         tokens = sum(
-            counter.count_text(part.text)
-            for start, end in outcome.thinking_drops
-            for message in original.messages[start:end]
-            if message.role == "assistant"
-            for part in message.parts
-            if isinstance(part, ReasoningPart)
+            counter.count_text(str(block.get("thinking") or block.get("data") or ""))
+            for block in dropped
         )
-        outcome.report["thinking_dropped"] = dropped
+        outcome.report["thinking_dropped"] = len(dropped)
         outcome.report["tokens_after"] = max(0, outcome.report["tokens_after"] - tokens)
         return out, len(orjson.dumps(out))
 

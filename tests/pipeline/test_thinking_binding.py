@@ -328,3 +328,46 @@ def test_a_session_is_held_as_sent_for_a_finite_while_only(seconds: float) -> No
         assert held.report["as_sent"] and not held.report["rewritten"]
     else:
         assert state.as_sent_until == 0.0
+
+
+def _play(engine: Engine, history: list[dict[str, Any]], k: int, close: bool) -> dict[str, Any]:
+    """One request of a thinking session (checked as the provider checks it), then the
+    answer signed over what was sent and, for a tool call, its output."""
+    request = {"model": BINDING, "max_tokens": 1024, "system": "You are a coding agent.",
+               "messages": copy.deepcopy(history)}  # fmt: skip
+    result = engine.condense(request, api="anthropic.messages", session="s")
+    assert thinking_error(result.request, binds=True) is None, k
+    thought = {"type": "thinking", "thinking": f"Plan {k}.",
+               "signature": sign(result.request, f"Plan {k}.")}  # fmt: skip
+    if close:
+        history += [{"role": "assistant", "content": [thought, {"type": "text", "text": "Done."}]},
+                    {"role": "user", "content": f"Now task {k + 1}."}]  # fmt: skip
+    else:
+        call = {"type": "tool_use", "id": f"t{k}", "name": "bash", "input": {"command": f"ls {k}"}}
+        result_block = {"type": "tool_result", "tool_use_id": f"t{k}",
+                        "content": lines_of(f"out{k}", 120)}  # fmt: skip
+        history += [{"role": "assistant", "content": [thought, call]},
+                    {"role": "user", "content": [result_block]}]  # fmt: skip
+    return result.report
+
+
+@pytest.mark.parametrize("edit", ["re_prompt", "rewind"])
+def test_blocks_left_out_stay_out_when_the_client_re_prompts_or_rewinds(edit: str) -> None:
+    # the drops name the blocks, not the history they were in: a re-prompted turn (the
+    # user message of a step that left thinking out, replaced) or a rewind to an earlier
+    # such turn sends each block after what it was signed over, or leaves it out
+    engine = _engine()
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing build."}]
+    steps: list[list[dict[str, Any]]] = []  # the history each drop step was sent with
+    k = 0
+    while len(steps) < 3 and k < 60:
+        before = copy.deepcopy(history)
+        report = _play(engine, history, k, k % 4 == 3)
+        if report.get("thinking_dropped") and report["compaction_step"]:
+            steps.append(before)
+        k += 1
+    assert len(steps) == 3
+    history = copy.deepcopy(steps[-1] if edit == "re_prompt" else steps[1])
+    history[-1] = {"role": "user", "content": "Actually, do something else."}
+    for k in range(100, 106):
+        _play(engine, history, k, k % 4 == 3)

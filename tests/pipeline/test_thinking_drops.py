@@ -1,5 +1,5 @@
 """Thinking blocks left out of a request (``ctxwarden.pipeline.thinking``) and the
-session state that keeps them out (``SessionState.thinking_drops``)."""
+session state that keeps them out (``SessionState.dropped_thinking``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ import pytest
 from ctxwarden.adapters import get_adapter
 from ctxwarden.errors import ValidationFailed
 from ctxwarden.pipeline.state import SessionState
-from ctxwarden.pipeline.thinking import drop_thinking, droppable_from, opens_user_turn
+from ctxwarden.pipeline.thinking import (
+    block_key,
+    drop_thinking,
+    droppable_from,
+    opens_user_turn,
+    thinking_keys,
+)
 
 
 def _thought(k: int) -> dict[str, Any]:
@@ -32,7 +38,7 @@ CALL = {"type": "tool_use", "id": "t1", "name": "bash", "input": {}}
 RESULT = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}
 
 
-def test_thinking_in_the_ranges_is_left_out_of_a_copy() -> None:
+def test_the_blocks_named_are_left_out_of_a_copy() -> None:
     request = _request(
         USER,
         {"role": "assistant", "content": [_thought(0), CALL]},
@@ -42,20 +48,27 @@ def test_thinking_in_the_ranges_is_left_out_of_a_copy() -> None:
         {"role": "user", "content": "next"},
     )  # fmt: skip
     before = copy.deepcopy(request)
-    out, dropped = drop_thinking(request, [(2, 5)])
-    assert dropped == 2 and request == before  # the input is not changed
-    assert out["messages"][:3] == request["messages"][:3]  # before the range: as it was
+    keys = set(thinking_keys(request, "messages", 2))
+    assert len(keys) == 2 and block_key(_thought(0)) not in keys
+    out, dropped = drop_thinking(request, keys)
+    assert len(dropped) == 2 and request == before  # the input is not changed
+    assert out["messages"][:3] == request["messages"][:3]  # the others: as they were
     assert out["messages"][3]["content"] == [{"type": "text", "text": "ok"}]
     assert out["messages"][1] is request["messages"][1]  # shared where untouched
-    assert drop_thinking(request, [(0, 1)]) == (request, 0)  # nothing to leave out: as given
+    assert drop_thinking(request, {"unknown"}) == (request, [])  # nothing to leave out
 
 
-def test_a_drop_that_would_empty_a_message_or_misses_the_messages_is_refused() -> None:
+def test_a_drop_that_would_empty_a_message_is_refused() -> None:
     request = _request(USER, {"role": "assistant", "content": [_thought(0)]}, USER)
     with pytest.raises(ValidationFailed, match="empty"):
-        drop_thinking(request, [(1, 3)])
-    with pytest.raises(ValidationFailed, match="past the messages"):
-        drop_thinking(request, [(2, 4)])
+        drop_thinking(request, {block_key(_thought(0)) or ""})
+
+
+def test_keys_are_made_of_signatures_and_redacted_data_only() -> None:
+    assert block_key(_thought(0)) != block_key(_thought(1))
+    assert block_key({"type": "redacted_thinking", "data": "d"}) is not None
+    assert block_key({"type": "thinking", "thinking": "x"}) is None  # unsigned
+    assert block_key({"type": "text", "text": "s0"}) is None
 
 
 def test_thinking_may_be_left_out_only_after_a_message_of_thinking_alone() -> None:
@@ -71,22 +84,22 @@ def test_thinking_may_be_left_out_only_after_a_message_of_thinking_alone() -> No
 @pytest.mark.parametrize(
     ("last", "opens"),
     [(USER, True), ({"role": "user", "content": [{"type": "text", "text": "hi"}]}, True),
-     (RESULT, False)],
+     (RESULT, False), ("result_then_text", False)],
 )  # fmt: skip
-def test_a_user_turn_opens_with_a_user_message_without_tool_results(
-    last: dict[str, Any], opens: bool
-) -> None:
+def test_a_user_turn_opens_with_a_user_message_without_tool_results(last: Any, opens: bool) -> None:
     messages = [USER, {"role": "assistant", "content": [_thought(0), CALL]}, RESULT]
-    if last is not RESULT:
+    if last == "result_then_text":  # still the tool call's turn: the API joins the two
+        messages.append(USER)
+    elif last is not RESULT:
         messages += [{"role": "assistant", "content": [{"type": "text", "text": "done"}]}, last]
     assert opens_user_turn(_parse(_request(*messages))) is opens
 
 
 def test_the_state_keeps_its_drops_and_refuses_damaged_ones() -> None:
-    state = SessionState(thinking_drops=[[2, 9, "abc"]])
-    assert SessionState.decode(state.encode()).thinking_drops == [[2, 9, "abc"]]
-    assert b"thinking_drops" not in SessionState().encode()  # absent when none
-    for bad in ([[3, 3, "k"]], [[-1, 2, "k"]], [[0, 2]], [["0", 2, "k"]], {"a": 1}):
+    state = SessionState(dropped_thinking=["abc", "def"])
+    assert SessionState.decode(state.encode()).dropped_thinking == ["abc", "def"]
+    assert b"dropped_thinking" not in SessionState().encode()  # absent when none
+    for bad in ([1], "abc", {"a": 1}):
         data = orjson.loads(state.encode())
-        data["thinking_drops"] = bad
+        data["dropped_thinking"] = bad
         assert SessionState.decode(orjson.dumps(data)) == SessionState()  # a fresh state

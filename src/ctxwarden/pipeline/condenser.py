@@ -57,6 +57,7 @@ from ctxwarden.pipeline.rewrite import Rewriter
 from ctxwarden.pipeline.segments import SegmentCache, SegmentView, segment_view
 from ctxwarden.pipeline.sent import Changes, SentElements
 from ctxwarden.pipeline.state import Decision, SessionState
+from ctxwarden.pipeline.thinking import thinking_keys
 from ctxwarden.signals import (
     LinesShown,
     argument_error_lines,
@@ -97,10 +98,10 @@ class CondenseOutcome:
     report: dict[str, Any] = field(default_factory=dict)
     commit: Callable[[], None] = _nothing
     commit_original: Callable[[], None] = _nothing
-    thinking_drops: tuple[tuple[int, int], ...] = ()
-    """Message ranges ``[start, end)`` whose thinking blocks are left out of what is
-    sent (:attr:`SessionState.thinking_drops` that hold for this request); the caller
-    drops them from the rendered request (:mod:`ctxwarden.pipeline.thinking`)."""
+    thinking_drops: frozenset[str] = frozenset()
+    """Keys of the thinking blocks left out of what is sent
+    (:attr:`SessionState.dropped_thinking`); the caller takes them out of the rendered
+    request (:mod:`ctxwarden.pipeline.thinking`)."""
 
 
 class Condenser:
@@ -228,12 +229,15 @@ class Condenser:
             )
         )
         adopted = self._commit(view, adopted, frozen, tenant, report)
-        drops = [d for d in state.thinking_drops if _drop_holds(d, exact_hashes)]
+        drops = list(state.dropped_thinking)
         first = min((_message_of(view, p) for p in adopted), default=held_before)
         if thinking_turn and first < held_before:  # the blocks from there on would be refused
-            end = len(conversation.messages)
-            drops.append([first, end, exact_hashes[end]])
-        state.thinking_drops = drops
+            known = set(drops)
+            for key in thinking_keys(conversation.wire, conversation.messages_key, first):
+                if key not in known:
+                    known.add(key)
+                    drops.append(key)
+        state.dropped_thinking = drops
         applied = {**frozen, **adopted}
         result = self._rewriter.rewrite(walk, conversation, applied)
 
@@ -289,7 +293,7 @@ class Condenser:
 
         return CondenseOutcome(
             result, report, commit=commit, commit_original=commit_original,
-            thinking_drops=tuple((d[0], d[1]) for d in drops),
+            thinking_drops=frozenset(drops),
         )  # fmt: skip
 
     # -- pieces ------------------------------------------------------------------------
@@ -829,14 +833,6 @@ def _message_of(view: SegmentView, path: Path) -> int:
     if segment is not None:
         return segment.message_index
     return path[1] if len(path) > 1 and isinstance(path[1], int) else 0
-
-
-def _drop_holds(drop: list[Any], exact_hashes: list[str]) -> bool:
-    """Whether a stored thinking drop (``[start, end, key]``) names this request's
-    history: its ``end`` messages are resent, the last as it was (element ``end``; 0 is
-    the head)."""
-    end: int = drop[1]
-    return end < len(exact_hashes) and exact_hashes[end] == drop[2]
 
 
 def _from_message(view: SegmentView, start: int) -> SegmentView:

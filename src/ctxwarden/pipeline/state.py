@@ -62,15 +62,15 @@ class SessionState:
     provider refused its rewrite: :meth:`ctxwarden.Engine.forget_session`); every
     replica reading the state holds to it (a replica older than this key drops it
     when it writes the state: during a rolling deploy the hold may end early)."""
-    thinking_drops: list[list[Any]] = field(default_factory=list)
-    """Message ranges whose thinking blocks the session no longer sends, each
-    ``[start, end, key]``: a step at a user turn of a model that binds thinking to its
-    prefix rewrote message ``start``, so every thinking block from there to the end of
-    that request (``end`` messages, the last of which hashed to ``key``) was dropped,
-    and every block written since follows that; they hold while the history they name
-    is resent (a replica older than this key drops them when it writes the state, and
-    the provider then refuses the session's next thinking once: the proxy resends it as
-    sent)."""
+    dropped_thinking: list[str] = field(default_factory=list)
+    """Keys of the thinking blocks the session no longer sends
+    (:func:`ctxwarden.pipeline.thinking.block_key`): a step at a user turn of a model
+    that binds thinking to its prefix rewrote a message before them, so they were left
+    out, and every block written since follows that. Keyed by the blocks themselves, so
+    they stay out wherever the client resends them (a re-prompted or rewound turn
+    included) and no later block is ever taken for one. A replica older than this key
+    drops it when it writes the state (the provider then refuses the session's next
+    thinking once: the proxy resends it as sent)."""
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {
@@ -93,8 +93,8 @@ class SessionState:
         }
         if self.as_sent_until:
             data["as_sent_until"] = self.as_sent_until
-        if self.thinking_drops:
-            data["thinking_drops"] = self.thinking_drops
+        if self.dropped_thinking:
+            data["dropped_thinking"] = self.dropped_thinking
         return orjson.dumps(data)
 
     @classmethod
@@ -137,18 +137,6 @@ def _decision(stored: list[Any], adopted: int, witness: list[str] | None) -> Dec
     return Decision(text, transform, original_ref, refs, saved, adopted, seen)
 
 
-def _drop(value: Any) -> bool:
-    """Whether ``value`` is a ``[start, end, key]`` thinking drop (0 <= start < end)."""
-    return (
-        isinstance(value, list)
-        and len(value) == 3
-        and type(value[0]) is int
-        and type(value[1]) is int
-        and 0 <= value[0] < value[1]
-        and isinstance(value[2], str)
-    )
-
-
 def _ints(values: Any) -> bool:
     return isinstance(values, list) and all(type(v) is int for v in values)
 
@@ -174,8 +162,7 @@ def _well_typed(state: SessionState) -> bool:
         and len(state.sent_hashes) == len(state.sent_tokens)
         and all(type(n) is int for n in (state.turns, state.steps, state.risk_until))
         and type(state.as_sent_until) in (int, float)
-        and isinstance(state.thinking_drops, list)
-        and all(_drop(d) for d in state.thinking_drops)
+        and _strs(state.dropped_thinking)
         and _numbers(state.cum_exact)
         and _numbers(state.cum_sent)
         and all(

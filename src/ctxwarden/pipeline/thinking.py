@@ -5,37 +5,39 @@ it (system, tools, earlier messages) differs from what it saw when it wrote the 
 A step that rewrites an old message therefore invalidates every block after it; the
 provider's guidance for a history that is condensed is to leave the thinking of the
 turns after the change out. That is allowed only where no thinking is still needed: at
-the opening of a user turn (the last message is the user's, with no tool results: every
-earlier assistant turn is complete), and never so that an assistant message is left
-empty. The blocks left out stay out on every later request (the blocks the model writes
-afterwards follow the history without them); :attr:`SessionState.thinking_drops`
-records the ranges, this module finds where they may start and takes the blocks out of
-the rendered request.
+the opening of a user turn (the request ends with the user's messages, none holding a
+tool result: every earlier assistant turn is complete), and never so that an
+assistant message is left empty. The blocks left out stay out on every later request
+(the blocks the model writes afterwards follow the history without them);
+:attr:`SessionState.dropped_thinking` records the blocks (by their signatures), this
+module finds where a step may start and takes the blocks out of the rendered request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ctxwarden.errors import ValidationFailed
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import ReasoningPart, ToolResultPart
 
-__all__ = ["THINKING_TYPES", "drop_thinking", "droppable_from", "opens_user_turn"]
-
-THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
-"""The content block types a drop leaves out."""
+__all__ = ["block_key", "drop_thinking", "droppable_from", "opens_user_turn", "thinking_keys"]
 
 
 def opens_user_turn(conversation: Conversation) -> bool:
-    """Whether the request's last message is the user's and holds no tool result: the
-    assistant's earlier turns are complete, so none of their thinking is still needed
-    to continue a tool call."""
-    if not conversation.messages:
-        return False
-    last = conversation.messages[-1]
-    return last.role == "user" and not any(isinstance(p, ToolResultPart) for p in last.parts)
+    """Whether the request ends with the user's messages (one or more: the API reads
+    consecutive ones as one) holding no tool result: the assistant's earlier turns are
+    complete, so none of their thinking is still needed to continue a tool call."""
+    trailing = 0
+    for message in reversed(conversation.messages):
+        if message.role != "user":
+            break
+        if any(isinstance(p, ToolResultPart) for p in message.parts):
+            return False
+        trailing += 1
+    return trailing > 0
 
 
 def droppable_from(conversation: Conversation) -> int:
@@ -53,36 +55,63 @@ def droppable_from(conversation: Conversation) -> int:
     return 0
 
 
-def drop_thinking(
-    rendered: dict[str, Any], ranges: Sequence[tuple[int, int]], messages_key: str = "messages"
-) -> tuple[dict[str, Any], int]:
-    """A copy of ``rendered`` (a Messages request) without the thinking blocks of the
-    assistant messages in ``ranges`` (``[start, end)`` message indexes; containers on
-    the way are copied, ``rendered`` is not changed), and how many blocks were left out.
+def block_key(block: Any) -> str | None:
+    """A thinking block's key: a digest of its signature (a ``redacted_thinking``
+    block's data), which the provider made for it alone; ``None`` for anything else."""
+    if not isinstance(block, dict):
+        return None
+    kind = block.get("type")
+    seal = block.get("signature") if kind == "thinking" else None
+    if kind == "redacted_thinking":
+        seal = block.get("data")
+    if not isinstance(seal, str) or not seal:
+        return None
+    return hashlib.sha256(seal.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
-    Raises :class:`ValidationFailed` when a message in a range is not where it should
-    be or would be left empty (the caller then sends the original request)."""
+
+def thinking_keys(wire: Any, messages_key: str, start: int) -> list[str]:
+    """The keys of the thinking blocks of the assistant messages from index ``start``
+    on, in order."""
+    messages = wire.get(messages_key) if isinstance(wire, dict) else None
+    keys: list[str] = []
+    for message in messages[start:] if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            key = block_key(block)
+            if key is not None:
+                keys.append(key)
+    return keys
+
+
+def drop_thinking(
+    rendered: dict[str, Any], keys: AbstractSet[str], messages_key: str = "messages"
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A copy of ``rendered`` (a Messages request) without the thinking blocks of its
+    assistant messages whose :func:`block_key` is in ``keys`` (containers on the way
+    are copied, ``rendered`` is not changed), and the blocks left out.
+
+    Raises :class:`ValidationFailed` when a message would be left empty (the caller
+    then sends the original request)."""
     messages = rendered.get(messages_key)
-    if not ranges or not isinstance(messages, list):
-        return rendered, 0
+    if not keys or not isinstance(messages, list):
+        return rendered, []
     out = list(messages)
-    dropped = 0
-    for index in sorted({i for start, end in ranges for i in range(start, end)}):
-        if index >= len(out):
-            raise ValidationFailed("thinking drop past the messages", segment=str(index))
-        message = out[index]
+    dropped: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
         content = message.get("content")
         if not isinstance(content, list):
             continue
-        kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in THINKING_TYPES)]
+        kept = [b for b in content if block_key(b) not in keys]
         if len(kept) == len(content):
             continue
         if not kept:
             raise ValidationFailed("thinking drop would empty a message", segment=str(index))
         out[index] = {**message, "content": kept}
-        dropped += len(content) - len(kept)
+        dropped += [b for b in content if block_key(b) in keys]
     if not dropped:
-        return rendered, 0
+        return rendered, []
     return {**rendered, messages_key: out}, dropped
