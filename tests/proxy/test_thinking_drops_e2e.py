@@ -85,6 +85,8 @@ async def test_a_thinking_session_is_condensed_at_user_turns_and_never_refused(
     # steps are taken only at user turns; between them the request extends the last
     steps = [e for e in events if e.get("compaction_step")]
     assert steps and all(e in dropped for e in steps)
+    # the history outgrew the window; what is sent fits it
+    assert events[-1]["tokens_before"] > 100_000 and events[-1]["tokens_after"] < 64_000
 
 
 async def test_without_user_turns_nothing_before_the_newest_block_is_condensed(

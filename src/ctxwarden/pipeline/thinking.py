@@ -16,6 +16,7 @@ module finds where a step may start and takes the blocks out of the rendered req
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -23,7 +24,14 @@ from ctxwarden.errors import ValidationFailed
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.parts import ReasoningPart, ToolResultPart
 
-__all__ = ["block_key", "drop_thinking", "droppable_from", "opens_user_turn", "thinking_keys"]
+__all__ = [
+    "block_key",
+    "drop_thinking",
+    "droppable_from",
+    "opens_user_turn",
+    "thinking_blocks",
+    "thinking_keys",
+]
 
 
 def opens_user_turn(conversation: Conversation) -> bool:
@@ -69,20 +77,27 @@ def block_key(block: Any) -> str | None:
     return hashlib.sha256(seal.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
-def thinking_keys(wire: Any, messages_key: str, start: int) -> list[str]:
-    """The keys of the thinking blocks of the assistant messages from index ``start``
-    on, in order."""
+def thinking_blocks(wire: Any, messages_key: str, start: int = 0) -> Iterator[dict[str, Any]]:
+    """The ``thinking`` and ``redacted_thinking`` blocks of the assistant messages of a
+    Messages request (``wire``) from message index ``start`` on, in order."""
     messages = wire.get(messages_key) if isinstance(wire, dict) else None
-    keys: list[str] = []
     for message in messages[start:] if isinstance(messages, list) else ():
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
         content = message.get("content")
         for block in content if isinstance(content, list) else ():
-            key = block_key(block)
-            if key is not None:
-                keys.append(key)
-    return keys
+            if isinstance(block, dict) and block.get("type") in _THINKING_TYPES:
+                yield block
+
+
+_THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
+def thinking_keys(wire: Any, messages_key: str, start: int) -> list[str]:
+    """The keys of the thinking blocks of the assistant messages from index ``start``
+    on, in order."""
+    keys = (block_key(b) for b in thinking_blocks(wire, messages_key, start))
+    return [key for key in keys if key is not None]
 
 
 def drop_thinking(
@@ -105,13 +120,16 @@ def drop_thinking(
         content = message.get("content")
         if not isinstance(content, list):
             continue
-        kept = [b for b in content if block_key(b) not in keys]
-        if len(kept) == len(content):
+        kept: list[Any] = []
+        gone: list[dict[str, Any]] = []
+        for block in content:  # each block's key made once (a digest of its signature)
+            (gone if block_key(block) in keys else kept).append(block)
+        if not gone:
             continue
         if not kept:
             raise ValidationFailed("thinking drop would empty a message", segment=str(index))
         out[index] = {**message, "content": kept}
-        dropped += [b for b in content if block_key(b) in keys]
+        dropped += gone
     if not dropped:
         return rendered, []
     return {**rendered, messages_key: out}, dropped

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
+from ctxwarden.pipeline.thinking import thinking_blocks
 from ctxwarden.proxy.recall import (
     RECALL_TOOL_NAME,
     RecallAnswer,
@@ -475,18 +476,7 @@ def bound_thinking(api: str, request: dict[str, Any]) -> bool:
 def carries_thinking(request: dict[str, Any]) -> bool:
     """Whether a Messages request sends back a thinking block (``thinking`` or
     ``redacted_thinking``) in one of its assistant messages."""
-    messages = request.get("messages")
-    for message in messages if isinstance(messages, list) else ():
-        if not isinstance(message, dict) or message.get("role") != "assistant":
-            continue
-        content = message.get("content")
-        for block in content if isinstance(content, list) else ():
-            if isinstance(block, dict) and block.get("type") in _THINKING_BLOCKS:
-                return True
-    return False
-
-
-_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+    return next(thinking_blocks(request, "messages"), None) is not None
 
 
 def thinks(request: dict[str, Any]) -> bool:

@@ -233,12 +233,12 @@ def _small(upstream: aiohttp.ClientResponse) -> bool:
 
 Refused = Callable[[web.Response | None], Awaitable[web.StreamResponse]]
 """What to do instead when the upstream refuses a body (a 400 before anything reached
-the client), given that refusal to return when there is nothing better (``None`` when
-it could not be read whole: an event stream, past :data:`WHOLE_JSON_BYTES`, cut off;
-then the request is sent again instead):
-send the request as the client sent it instead of ctxwarden's rewrite, or the
-session's rewrite instead of the client's bytes (a model binding thinking to its
-prefix refuses those once the session's thinking followed a rewrite)."""
+the client): send the request as the client sent it instead of ctxwarden's rewrite,
+or the session's rewrite instead of the client's bytes (a model binding thinking to
+its prefix refuses those once the session's thinking followed a rewrite). It is given
+the refusal, to return when there is nothing better, or ``None`` when that could not
+be read whole (an event stream, past :data:`WHOLE_JSON_BYTES`, cut off): then the
+request is sent again instead."""
 
 REFUSED_STATUS = 400
 
