@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol
 
 from ctxwarden.pipeline.thinking import thinking_blocks
+from ctxwarden.proxy.reasoning_links import is_recall_call, round_view
 from ctxwarden.proxy.recall import (
     RECALL_TOOL_NAME,
     RecallAnswer,
@@ -187,19 +188,19 @@ def _no_echo(response: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any] 
 
 def hide_recall_tool(response: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any] | None:
     """A Responses answer (or its ``response`` object) without the traces of the
-    injected tool: the echoed ``tools`` lose it and ``tool_choice`` is the client's own
-    (the last round may have asked for none); ``None`` when nothing shows."""
+    injected tool: the echoed ``tools`` lose it, and ``tool_choice`` and
+    ``parallel_tool_calls`` are the client's own (the last round may have asked for no
+    call, a round asked again for one call at a time); ``None`` when nothing shows."""
     tools = response.get("tools")
     ours = isinstance(tools, list) and any(_is_recall_tool(t) for t in tools)
-    wanted = asked.get("tool_choice") or "auto"
-    choice_changed = "tool_choice" in response and response.get("tool_choice") != wanted
-    if not ours and not choice_changed:
+    own = {"tool_choice": asked.get("tool_choice") or "auto",
+           "parallel_tool_calls": asked.get("parallel_tool_calls", True)}  # fmt: skip
+    changed = {k: v for k, v in own.items() if k in response and response[k] != v}
+    if not ours and not changed:
         return None
-    out = dict(response)
+    out = {**response, **changed}
     if ours and isinstance(tools, list):
         out["tools"] = [t for t in tools if not _is_recall_tool(t)]
-    if choice_changed:
-        out["tool_choice"] = wanted
     return out
 
 
@@ -342,10 +343,11 @@ class ResponsesDialect:
         for item in result.assistant:
             if not isinstance(item, dict):
                 continue
-            if item.get("type") == "function_call" and item.get("name") == RECALL_TOOL_NAME:
+            if is_recall_call(item):
                 result.calls.append(RecallCall(str(item.get("call_id")), item.get("arguments", "")))
             elif item.get("type") in _CLIENT_ACTION_ITEMS:
                 result.other_calls += 1
+        result.tangled = bool(result.calls) and round_view(result.assistant).tangled
         return result
 
     def continuation(
@@ -370,12 +372,11 @@ class ResponsesDialect:
         return _with_earlier_items(response, earlier, "output")
 
     def strip(self, response: dict[str, Any]) -> dict[str, Any]:
-        output = [
-            item for item in response.get("output") or []
-            if not (isinstance(item, dict) and item.get("name") == RECALL_TOOL_NAME
-                    and item.get("type") == "function_call")
-        ]  # fmt: skip
-        return {**response, "output": output}
+        """Without its recall calls and the reasoning items right before them (the
+        client could not send those back: :mod:`.reasoning_links`)."""
+        output = _listed(response, "output")
+        hidden = round_view(output).hidden
+        return {**response, "output": [x for i, x in enumerate(output) if i not in hidden]}
 
 
 def _stateless(items: list[Any]) -> list[Any]:

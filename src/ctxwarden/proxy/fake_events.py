@@ -102,6 +102,9 @@ def chat_events(a: Answer) -> list[bytes]:
 
 def _responses_items(a: Answer) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
+    if a.reply.reasoning is not None:
+        summary = [{"type": "summary_text", "text": a.reply.reasoning}]
+        items.append({"type": "reasoning", "id": f"rs_{a.n}", "summary": summary})
     if a.reply.text:
         items.append({"type": "message", "id": f"msg_{a.n}", "status": "completed",
                       "role": "assistant", "content": [{"type": "output_text",
@@ -122,7 +125,8 @@ def responses_body(a: Answer, status: str = "completed", output: Any = None) -> 
             "status": status, "model": a.model, "error": None, "incomplete_details": None,
             "instructions": a.request.get("instructions"), "metadata": {},
             "output": _responses_items(a) if output is None else output,
-            "parallel_tool_calls": True, "temperature": 1.0, "tool_choice": "auto",
+            "parallel_tool_calls": a.request.get("parallel_tool_calls", True),
+            "temperature": 1.0, "tool_choice": a.request.get("tool_choice", "auto"),
             "tools": a.request.get("tools", []), "top_p": 1.0,
             "usage": usage if status == "completed" else None}  # fmt: skip
 
@@ -147,6 +151,15 @@ def responses_events(a: Answer) -> list[bytes]:
                 ev("response.output_text.delta", **common, delta=w, logprobs=[])
             ev("response.output_text.done", **common, text=a.reply.text, logprobs=[])
             ev("response.content_part.done", **common, part=item["content"][0])
+        elif item["type"] == "reasoning":
+            ev("response.output_item.added", output_index=index, item={**item, "summary": []})
+            common = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+            ev("response.reasoning_summary_part.added", **common,
+               part={"type": "summary_text", "text": ""})  # fmt: skip
+            for w in a.words(a.reply.reasoning):
+                ev("response.reasoning_summary_text.delta", **common, delta=w)
+            ev("response.reasoning_summary_text.done", **common, text=a.reply.reasoning)
+            ev("response.reasoning_summary_part.done", **common, part=item["summary"][0])
         else:
             ev("response.output_item.added", output_index=index,
                item={**item, "status": "in_progress", "arguments": ""})  # fmt: skip

@@ -29,6 +29,11 @@ request sending a block the fake signed back is refused 400 as Anthropic refuses
 when the text changed, or, for a model that binds thinking, when its prefix did
 (unless ``drop_block``): see :mod:`.fake_thinking`.
 
+Reasoning (Responses only): ``Reply(reasoning="...")`` starts the output with a
+reasoning item; a stored one sent back must come with the item that followed it, right
+after it, and that item with it, as OpenAI requires (else a 400 "Item 'rs_...' of type
+'reasoning' was provided without its required following item").
+
 Responses are stored as OpenAI stores them (unless ``store`` is false): a request
 continuing one of them with ``previous_response_id`` is checked as OpenAI checks it,
 every function call of the conversation answered and every output paired with a
@@ -90,6 +95,9 @@ class Reply:
     completion_tokens: int = 7
     thinking: str | None = None
     """Messages only: the answer starts with a thinking block of this text."""
+    reasoning: str | None = None
+    """Responses only: the output starts with a reasoning item summarized so, tied to
+    the item after it (see :meth:`FakeUpstream._links_refusal`)."""
 
 
 Responder = Callable[[Any], Reply]
@@ -130,6 +138,10 @@ class FakeUpstream:
         self.received: list[Received] = []
         self.stored: dict[str, list[Any]] = {}
         """Responses by id: the whole conversation they end (input items, then output)."""
+        self.followed_by: dict[str, str] = {}
+        """Stored reasoning items by id: the id of the output item after each."""
+        self.reasoned_by: dict[str, str] = {}
+        """Stored output items that came right after a reasoning item: its id."""
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.host = "127.0.0.1"
@@ -264,6 +276,7 @@ class FakeUpstream:
                     self.stored[f"resp_fake{n}"] = [*context, *output]
                     if len(self.stored) > _STORED_RESPONSES:  # a long-running fake
                         del self.stored[next(iter(self.stored))]
+                    self._link(output)
                 if isinstance(payload, dict) and payload.get("stream"):
                     response = await self._stream(request, fake_events.EVENTS[api](answer), reply)
                 else:
@@ -278,15 +291,47 @@ class FakeUpstream:
 
         return handler
 
+    def _link(self, output: list[dict[str, Any]]) -> None:
+        """Keep which stored output item followed each reasoning item."""
+        for item, after in itertools.pairwise(output):
+            if item["type"] == "reasoning":
+                self.followed_by[item["id"]] = after["id"]
+                self.reasoned_by[after["id"]] = item["id"]
+        for links in (self.followed_by, self.reasoned_by):
+            while len(links) > _STORED_RESPONSES:  # a long-running fake
+                del links[next(iter(links))]
+
+    def _links_refusal(self, items: list[Any]) -> str | None:
+        """OpenAI's refusal of stored items sent back apart: a reasoning item without
+        the item that followed it in its response right after it, or that item without
+        its reasoning item right before it (``None``: none)."""
+        ids = [x.get("id") if isinstance(x, dict) and isinstance(x.get("id"), str) else None
+               for x in items]  # fmt: skip
+        for position, item_id in enumerate(ids):
+            if item_id is None:
+                continue
+            following = self.followed_by.get(item_id)
+            after = ids[position + 1] if position + 1 < len(ids) else None
+            if following is not None and after != following:
+                return (f"Item '{item_id}' of type 'reasoning' was provided without its"
+                        " required following item.")  # fmt: skip
+            reasoning = self.reasoned_by.get(item_id)
+            if reasoning is not None and (position == 0 or ids[position - 1] != reasoning):
+                kind = items[position].get("type")
+                return (f"Item '{item_id}' of type '{kind}' was provided without its"
+                        f" required 'reasoning' item: '{reasoning}'.")  # fmt: skip
+        return None
+
     def _responses_context(self, payload: dict[str, Any]) -> tuple[list[Any], str | None]:
         """The conversation a Responses request ends (stored items, then its input) and
         the refusal OpenAI would answer it with (``None``: accepted)."""
         given = payload.get("input")
         items = [{"role": "user", "content": given}] if isinstance(given, str) else given
         items = list(items) if isinstance(items, list) else []
+        apart = self._links_refusal(items) if payload.get("store") is not False else None
         previous = payload.get("previous_response_id")
-        if not isinstance(previous, str) or previous not in self.stored:
-            return items, None
+        if apart is not None or not isinstance(previous, str) or previous not in self.stored:
+            return items, apart
         context = [*self.stored[previous], *items]
         calls, outputs = [], set()
         for entry in context:

@@ -79,6 +79,10 @@ class RoundResult:
     calls: list[RecallCall] = field(default_factory=list)
     other_calls: int = 0
     assistant: Any = None
+    tangled: bool = False
+    """Responses: no view of the round without its recall calls is valid (an item
+    follows reasoning hidden with one: :mod:`ctxwarden.proxy.reasoning_links`); it is
+    asked again, never shown."""
 
 
 @dataclass(frozen=True, slots=True)

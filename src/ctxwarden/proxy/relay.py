@@ -65,6 +65,7 @@ from ctxwarden.errors import StoreError, store_failure
 from ctxwarden.proxy import owed
 from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
+from ctxwarden.proxy.reasoning_links import one_call_at_a_time
 from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
 from ctxwarden.proxy.rollout import canary_name
 from ctxwarden.proxy.sse import SSESplitter, Usage, ends_stream
@@ -431,6 +432,12 @@ async def relay_with_recall(
             return web.Response(body=data, status=status, headers=headers)
         _add_round_usage(record, obj)
         result = dialect.find_calls(obj)
+        if result.tangled:  # never shown: asked again (see reasoning_links)
+            request = _asked_again(dialect, request, rounds, state)
+            body = orjson.dumps(request)
+            rounds += 1
+            record.set(recall_rounds=rounds)
+            continue
         if not result.calls:
             ex.answered(obj.get("id"))
             shown = dialect.with_earlier(obj, earlier)
@@ -466,6 +473,18 @@ def _continuation(
     if rounds + 1 >= state.settings.max_recall_rounds:
         request = dialect.last_round(request)
     return request
+
+
+def _asked_again(
+    dialect: Dialect, request: dict[str, Any], rounds: int, state: ProxyState
+) -> dict[str, Any]:
+    """The request of a tangled round (:mod:`.reasoning_links`) asked again: one call
+    at a time, or as the last round (no recall call) when it was that already or the
+    limit is reached."""
+    again = one_call_at_a_time(request)
+    if again is None or rounds + 1 >= state.settings.max_recall_rounds:
+        return dialect.last_round(request if again is None else again)
+    return again
 
 
 async def _owe(
@@ -530,6 +549,13 @@ async def _stream_loop(
         if on_refused is not None and refused:
             return await on_refused(refusal)
         result = flt.round_result()
+        if isinstance(flt, ResponsesFilter) and flt.tangled:  # nothing of it was shown
+            request = _asked_again(dialect, request, rounds, state)
+            body = orjson.dumps(request)
+            rounds += 1
+            record.set(recall_rounds=rounds)
+            flt.start_round()
+            continue
         if owing is not None and owing.announced_before():
             debt += result.assistant or []  # a later round than the response the client sees
         if not result.calls or result.other_calls or rounds >= state.settings.max_recall_rounds:

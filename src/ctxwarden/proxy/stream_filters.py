@@ -1,10 +1,12 @@
 """Streaming recall: per-API filters that hold back recall tool-call events.
 
 A filter sees every SSE event of one upstream round and returns the bytes to
-forward now. Everything that is not the recall tool streams through immediately;
-the recall tool's events are swallowed, and the round's final events (finish chunk,
-usage chunk and ``[DONE]``; ``message_delta``/``message_stop``; ``response.completed``)
-are held until the proxy knows whether another round follows. Across rounds the
+forward now. Everything that is not the recall tool streams through immediately
+(except a Responses reasoning item, held until the next item shows whether it may be
+shown: :mod:`.reasoning_links`); the recall tool's events are swallowed, and the
+round's final events (finish chunk, usage chunk and ``[DONE]``;
+``message_delta``/``message_stop``; ``response.completed``) are held until the proxy
+knows whether another round follows. Across rounds the
 client sees one coherent stream: one opening event, indexes renumbered without gaps,
 and the final events of the last round, with the stop reason patched when recall
 calls were removed. When a round fails after the stream started, the filter gives
@@ -17,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from ctxwarden.proxy.reasoning_links import is_reasoning, is_recall_call
 from ctxwarden.proxy.recall import RECALL_TOOL_NAME, RecallCall, RoundResult
 from ctxwarden.proxy.shapes import Family, error_body
 from ctxwarden.proxy.sse import SSEEvent, encode_event
@@ -332,6 +335,10 @@ class MessagesFilter(StreamFilter):
         return out
 
 
+_Held = tuple[dict[str, Any], str | None]
+"""An event held back: its JSON and SSE event name."""
+
+
 class ResponsesFilter(StreamFilter):
     """Lifecycle identity: clients (the openai SDK enforces it) need one response id
     on every lifecycle event, and ``previous_response_id`` must name the LAST round's
@@ -360,11 +367,22 @@ class ResponsesFilter(StreamFilter):
         self._round_id: str | None = None
         self.response_id: str | None = None  # the id announced to the client
         self.announced_round: int | None = None  # the round whose id that is
+        self._reset_links()
+
+    def _reset_links(self) -> None:
+        """This round's reasoning bookkeeping (see :meth:`_added`)."""
+        self._held: dict[int, list[_Held]] = {}  # reasoning, not yet known to be shown
+        self._unshown: dict[int, list[_Held]] = {}  # reasoning hidden with a recall call
+        self._after_unshown = False  # the latest reasoning item was hidden
+        self.tangled = False
+        """A shown item followed hidden reasoning: nothing of the round after it is
+        shown, and the round is asked again (:mod:`.reasoning_links`)."""
 
     def start_round(self) -> None:
         super().start_round()
         self._map, self._recall, self._final = {}, set(), None
         self._opening, self._round_id = [], None
+        self._reset_links()
 
     def process(self, event: SSEEvent) -> list[bytes]:
         obj = event.json()
@@ -382,23 +400,71 @@ class ResponsesFilter(StreamFilter):
             self._final = (event.name, obj)
             response = obj.get("response") or {}
             self.result = ResponsesFilter._result(response.get("output") or [])
-            return []
+            return [] if self.tangled else self._release(self._held)  # it ended with these
         index = obj.get("output_index")
         if not isinstance(index, int):
             return [*self._announce(), self._emit(obj, event.name)]
         if kind == "response.output_item.added":
-            item = obj.get("item") or {}
-            if item.get("type") == "function_call" and item.get("name") == RECALL_TOOL_NAME:
-                self._recall.add(index)
-            else:
-                self._map[index] = self.offset
-                self.offset += 1
+            return self._added(index, obj, event.name)
+        for pending in (self._held, self._unshown):
+            if index in pending:
+                pending[index].append((obj, event.name))
+                return []
         if index in self._recall:
             return []
-        if kind == "response.output_item.done":
+        return self._shown(index, obj, event.name)
+
+    def _added(self, index: int, obj: dict[str, Any], name: str | None) -> list[bytes]:
+        """A new output item: a reasoning item is held until the next item says
+        whether the client may see it (:mod:`.reasoning_links`: not before a recall
+        call); an item after hidden reasoning tangles the round, unless this round's id
+        was shown already (asking again would leave that response incomplete): then
+        the hidden reasoning is shown after all, as before."""
+        item = obj.get("item")
+        if self.tangled:
+            self._recall.add(index)
+            return []
+        if is_reasoning(item):
+            self._held[index] = [(obj, name)]
+            self._after_unshown = False
+            return []
+        if is_recall_call(item):
+            self._recall.add(index)
+            if self._held:
+                self._unshown.update(self._held)
+                self._held = {}
+                self._after_unshown = True
+            return []
+        out = self._release(self._held)
+        if self._after_unshown:
+            if self.announced_round != self.round:
+                self.tangled = True
+                self._recall.add(index)
+                return []
+            out = self._release(self._unshown)
+        self._after_unshown = False
+        self._map[index] = self.offset
+        self.offset += 1
+        return [*out, *self._shown(index, obj, name)]
+
+    def _release(self, pending: dict[int, list[_Held]]) -> list[bytes]:
+        """The events of the reasoning items in ``pending``, shown now in order (it is
+        emptied)."""
+        out: list[bytes] = []
+        for index, events in sorted(pending.items()):
+            self._map[index] = self.offset
+            self.offset += 1
+            for obj, name in events:
+                out += self._shown(index, obj, name)
+        pending.clear()
+        return out
+
+    def _shown(self, index: int, obj: dict[str, Any], name: str | None) -> list[bytes]:
+        """An event of a client-visible item, renumbered."""
+        if obj.get("type") == "response.output_item.done":
             self.items.append(obj.get("item"))
         mapped = {**obj, "output_index": self._map.get(index, index)}
-        return [*self._announce(), self._emit(mapped, event.name)]
+        return [*self._announce(), self._emit(mapped, name)]
 
     def round_ended(self) -> bool:
         return self._final is not None
