@@ -18,6 +18,7 @@ import anthropic
 import orjson
 import pytest
 
+from ctxwarden.proxy.block_binding import BETA
 from ctxwarden.proxy.fake_thinking import SIGNATURE_PREFIX, sign, thinking_error
 from ctxwarden.proxy.fake_upstream import FakeUpstream, Reply, ToolCall
 
@@ -57,10 +58,13 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def post(
-    session: aiohttp.ClientSession, fake: FakeUpstream, payload: Any, raw: bytes | None = None
-) -> tuple[int, Any]:
+    session: aiohttp.ClientSession, fake: FakeUpstream, payload: Any, raw: bytes | None = None,
+    beta: str | None = None,
+) -> tuple[int, Any]:  # fmt: skip
     data = orjson.dumps(payload) if raw is None else raw
     headers = {"Content-Type": "application/json", "anthropic-version": "2023-06-01"}
+    if beta is not None:
+        headers["anthropic-beta"] = beta
     async with session.post(f"{fake.url}/v1/messages", data=data, headers=headers) as resp:
         return resp.status, await resp.json()
 
@@ -273,10 +277,17 @@ async def test_drop_block_accepts_an_unbound_block(
     messages = await history(session, fake, model)
     messages[2] = tool_result("print('bye')")
     thinking = {**THINKING, "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
-    status, answer = await post(session, fake, body(model, messages, thinking=thinking))
+    beta = f"other-2026-01-01, {BETA}"
+    status, answer = await post(session, fake, body(model, messages, thinking=thinking), beta=beta)
     assert status == 200, answer
     error = {**THINKING, "block_binding": {"prefix_mismatch_behavior": "error"}}
-    assert (await post(session, fake, body(model, messages, thinking=error)))[0] == 400
+    assert (await post(session, fake, body(model, messages, thinking=error), beta=beta))[0] == 400
+    # the setting needs its beta value, as Anthropic's does
+    status, answer = await post(session, fake, body(model, messages, thinking=thinking))
+    assert (status, answer["error"]["message"]) == (
+        400,
+        "thinking.block_binding: Extra inputs are not permitted",
+    )
 
 
 @pytest.mark.parametrize("model", BINDING + NOT_BINDING)
@@ -287,7 +298,7 @@ async def test_modified_thinking_text_is_refused_for_every_model(
     messages[3]["content"][0]["thinking"] = "The file prints bye."
     thinking = {**THINKING, "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
     for payload in (body(model, messages), body(model, messages, thinking=thinking)):
-        status, answer = await post(session, fake, payload)
+        status, answer = await post(session, fake, payload, beta=BETA)
         assert status == 400
         assert answer["error"]["type"] == "invalid_request_error"
         assert answer["error"]["message"] == (

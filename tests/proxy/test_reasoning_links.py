@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ from ctxwarden.proxy.dialects import DIALECTS
 from ctxwarden.proxy.reasoning_links import round_view
 from ctxwarden.proxy.sse import SSESplitter, encode_event
 from ctxwarden.proxy.stream_filters import ResponsesFilter
-from tests.proxy.conftest import KEY_A, Proxy, openai_client, respond
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory, openai_client, respond
 
 ORIGINAL = "line 1\nline 2 secret-alpha\nline 3"
 TOOLS: Any = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
@@ -220,3 +221,72 @@ def test_a_stream_that_showed_the_round_already_shows_its_reasoning_after_all() 
     flt, shown = _streamed(output)
     assert not flt.tangled
     assert [i["id"] for i in shown] == ["msg_0", "rs_1", "fc_3"]
+
+
+# -- after helper-99's review -----------------------------------------------------
+
+
+def _reasoning(item_id: str) -> dict[str, Any]:
+    return {"type": "reasoning", "id": item_id,
+            "summary": [{"type": "summary_text", "text": "hm"}]}  # fmt: skip
+
+
+def _call(item_id: str, name: str, call_id: str, arguments: str = "{}") -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name,
+            "arguments": arguments, "status": "completed"}  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_round_that_showed_items_before_it_tangles_is_never_thrown_away(
+    proxy: Proxy, stream: bool
+) -> None:
+    """Round 2 shows one of the client's calls, then tangles. A stream showed that call
+    already: the round stands (its hidden reasoning goes out after all) and the client
+    can answer what it saw; a whole answer shows nothing of it and asks again."""
+    asked = _asked(proxy)
+    recall = _recall(proxy)
+    arguments = orjson.dumps(recall.arguments).decode()
+    proxy.fake.script(
+        Reply(text="Let me look.", tool_calls=[recall]),
+        Reply(items=(_reasoning("rs_a"), _call("fc_a", "read", "call_read_a"),
+                     _reasoning("rs_b"),
+                     _call("fc_r", RECALL_TOOL_NAME, "call_recall_b", arguments),
+                     _call("fc_b", "read", "call_read_b"))),
+        Reply(text="Done."),
+    )  # fmt: skip
+    async with openai_client(proxy) as c:
+        first = await respond(c, stream, input=asked, tools=TOOLS)
+        calls = [i.call_id for i in first.output if i.type == "function_call"]
+        if not stream:  # asked again: the third answer
+            assert calls == [] and first.output_text == "Let me look.Done."
+            return
+        assert calls == ["call_read_a", "call_read_b"]
+        answers = [{"type": "function_call_output", "call_id": c, "output": "x"} for c in calls]
+        second = await respond(c, True, input=answers, tools=TOOLS, previous_response_id=first.id)
+    assert second.output_text == "Done."  # the third answer: nothing was asked again
+    assert len(proxy.fake.received) == 3
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_asking_again_stops_at_the_round_limit(
+    make_proxy: ProxyFactory, stream: bool
+) -> None:
+    """An upstream that tangles every round (it ignores ``parallel_tool_calls`` and
+    ``tool_choice``) gets no more rounds than the limit allows."""
+    async with make_proxy(max_recall_rounds=2) as proxy:
+        proxy.fake.default = Reply(text="", reasoning="hm", tool_calls=[
+            _recall(proxy), ToolCall("read", {"path": "a.py"})])  # fmt: skip
+        async with openai_client(proxy) as c:
+            first = await respond(c, stream, input=_asked(proxy), tools=TOOLS)
+        assert len(proxy.fake.received) == 3  # the first round and two more
+        assert [i.call_id for i in first.output if i.type == "function_call"] == ["call_3_1"]
+
+
+async def test_a_null_parallel_tool_calls_is_echoed_as_the_api_echoes_it(proxy: Proxy) -> None:
+    proxy.fake.script(
+        Reply(text="", tool_calls=[_recall(proxy)], reasoning="hm"), Reply(text="Done.")
+    )
+    async with openai_client(proxy) as c:
+        first = await respond(c, False, input=_asked(proxy), tools=TOOLS,
+                              parallel_tool_calls=None)  # fmt: skip
+    assert first.parallel_tool_calls is True

@@ -193,8 +193,9 @@ def hide_recall_tool(response: dict[str, Any], asked: dict[str, Any]) -> dict[st
     call, a round asked again for one call at a time); ``None`` when nothing shows."""
     tools = response.get("tools")
     ours = isinstance(tools, list) and any(_is_recall_tool(t) for t in tools)
+    parallel = asked.get("parallel_tool_calls")
     own = {"tool_choice": asked.get("tool_choice") or "auto",
-           "parallel_tool_calls": asked.get("parallel_tool_calls", True)}  # fmt: skip
+           "parallel_tool_calls": True if parallel is None else parallel}  # fmt: skip
     changed = {k: v for k, v in own.items() if k in response and response[k] != v}
     if not ours and not changed:
         return None

@@ -101,6 +101,8 @@ def chat_events(a: Answer) -> list[bytes]:
 
 
 def _responses_items(a: Answer) -> list[dict[str, Any]]:
+    if a.reply.items is not None:
+        return [dict(item) for item in a.reply.items]
     items: list[dict[str, Any]] = []
     if a.reply.reasoning is not None:
         summary = [{"type": "summary_text", "text": a.reply.reasoning}]
@@ -147,19 +149,22 @@ def responses_events(a: Answer) -> list[bytes]:
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             common = {"item_id": item["id"], "output_index": index, "content_index": 0}
             ev("response.content_part.added", **common, part=part)
-            for w in a.words():
+            text = item["content"][0]["text"]
+            for w in a.words(text):
                 ev("response.output_text.delta", **common, delta=w, logprobs=[])
-            ev("response.output_text.done", **common, text=a.reply.text, logprobs=[])
+            ev("response.output_text.done", **common, text=text, logprobs=[])
             ev("response.content_part.done", **common, part=item["content"][0])
         elif item["type"] == "reasoning":
             ev("response.output_item.added", output_index=index, item={**item, "summary": []})
             common = {"item_id": item["id"], "output_index": index, "summary_index": 0}
             ev("response.reasoning_summary_part.added", **common,
                part={"type": "summary_text", "text": ""})  # fmt: skip
-            for w in a.words(a.reply.reasoning):
+            text = "".join(part.get("text", "") for part in item["summary"])
+            for w in a.words(text):
                 ev("response.reasoning_summary_text.delta", **common, delta=w)
-            ev("response.reasoning_summary_text.done", **common, text=a.reply.reasoning)
-            ev("response.reasoning_summary_part.done", **common, part=item["summary"][0])
+            ev("response.reasoning_summary_text.done", **common, text=text)
+            ev("response.reasoning_summary_part.done", **common,
+               part={"type": "summary_text", "text": text})  # fmt: skip
         else:
             ev("response.output_item.added", output_index=index,
                item={**item, "status": "in_progress", "arguments": ""})  # fmt: skip

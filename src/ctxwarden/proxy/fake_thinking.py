@@ -23,15 +23,19 @@ The contract (Messages API only):
   ``messages.N.content.M: ...`` as Anthropic words it (a changed text in the latest
   assistant message "cannot be modified", elsewhere an "Invalid `signature`"; a changed
   prefix "is bound to a different conversation"), answered 400 invalid_request_error.
+* :func:`beta_error`: a ``thinking.block_binding`` sent without
+  ``thinking-binding-controls-2026-08-01`` among the ``anthropic-beta`` values is
+  refused as Anthropic refuses it ("Extra inputs are not permitted").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from ctxwarden.proxy.block_binding import BETA as BINDING_BETA
 from ctxwarden.tokens.registry import model_binds_thinking
 
 __all__ = [
@@ -111,6 +115,21 @@ def sign(payload: dict[str, Any], text: str) -> str:
 model_binds = model_binds_thinking
 """Whether ``model``'s thinking blocks are bound to their prefix, as the registry says
 (an unknown model binds)."""
+
+
+def beta_error(payload: Any, headers: Mapping[str, str]) -> str | None:
+    """Anthropic's refusal of ``thinking.block_binding`` sent without the beta value it
+    needs in ``anthropic-beta`` (``headers``: the request's, any case), else ``None``."""
+    setting = payload.get("thinking") if isinstance(payload, dict) else None
+    if not isinstance(setting, dict) or "block_binding" not in setting:
+        return None
+    values = {
+        v.strip() for k, value in headers.items() if k.lower() == "anthropic-beta"
+        for v in value.split(",")
+    }  # fmt: skip
+    if BINDING_BETA in values:
+        return None
+    return "thinking.block_binding: Extra inputs are not permitted"
 
 
 def thinking_error(payload: Any, binds: bool | None = None) -> str | None:

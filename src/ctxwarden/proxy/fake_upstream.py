@@ -98,6 +98,9 @@ class Reply:
     reasoning: str | None = None
     """Responses only: the output starts with a reasoning item summarized so, tied to
     the item after it (see :meth:`FakeUpstream._links_refusal`)."""
+    items: tuple[dict[str, Any], ...] | None = None
+    """Responses only: the output items as given (each with its ``id``; reasoning,
+    message and function call items), instead of those made of the fields above."""
 
 
 Responder = Callable[[Any], Reply]
@@ -245,7 +248,8 @@ class FakeUpstream:
                     payload, checked = {}, _stdlib_loads(item.body)
                 shape = shape_error(api, checked)
                 if shape is None and api == "messages":
-                    refused = fake_thinking.thinking_error(checked)
+                    refused = fake_thinking.beta_error(checked, item.headers)
+                    refused = refused or fake_thinking.thinking_error(checked)
                     shape = None if refused is None else (refused, "messages")
                 if shape is not None:
                     item.finished = True

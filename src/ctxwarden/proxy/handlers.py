@@ -55,6 +55,7 @@ from ctxwarden.breakpoints import with_step_breakpoint
 from ctxwarden.config import Mode
 from ctxwarden.engine import CondenseResult
 from ctxwarden.errors import MalformedRequest, StoreError, store_failure
+from ctxwarden.proxy.block_binding import dropping_blocks, is_prefix_mismatch
 from ctxwarden.proxy.bodies import DecodedBody
 from ctxwarden.proxy.dialects import (
     DIALECTS,
@@ -339,10 +340,13 @@ def _adopted_on_refusal(
     other request (its 400 is relayed)."""
     if not (bound_thinking("anthropic.messages", parsed) and carries_thinking(parsed)):
         return None
+    last = _dropping_on_refusal(ex, record, raw, parsed, coded, size)
 
     async def rescue(refusal: web.Response | None) -> web.StreamResponse:
         result = await _adopted(ex.state, parsed, session, tenant)
         if result is None:
+            if last is not None:  # the session's state is lost, or this is no rewrite
+                return await last(refusal)
             if refusal is not None:
                 return refusal
             ex.decoded = ex.server_decoded  # it could not be read: asked again, as sent
@@ -356,6 +360,42 @@ def _adopted_on_refusal(
         return await relay(ex, out, record)
 
     return rescue
+
+
+def _dropping_on_refusal(
+    ex: Exchange, record: RequestRecord, raw: bytes, parsed: dict[str, Any], coded: bool,
+    size: int,
+) -> Refused | None:  # fmt: skip
+    """The last rescue of a Messages request sent as the client sent it (``raw``; read:
+    ``parsed``, ``size`` bytes; ``coded``: its body came content-encoded) that carries
+    thinking blocks of a model binding them to their prefix: when the upstream refuses
+    them as bound to a different conversation, it goes once more asking the API to drop
+    the failing blocks (:mod:`.block_binding`); another refusal is the answer (sent
+    again when it could not be read). ``None`` for any other request, or one whose
+    ``thinking`` cannot take the setting."""
+    if not (bound_thinking("anthropic.messages", parsed) and carries_thinking(parsed)):
+        return None
+    dropping = dropping_blocks(parsed)
+    if dropping is None:
+        return None
+
+    async def drop(refusal: web.Response | None) -> web.StreamResponse:
+        if refusal is None:  # it could not be read: asked again, as sent
+            ex.decoded = ex.server_decoded
+            return await relay(ex, raw, record)
+        body = refusal.body if isinstance(refusal.body, bytes) else None
+        if not is_prefix_mismatch(body):
+            return refusal
+        out = await orjson_dump(dropping, size)
+        record.set(
+            bytes_before=size, bytes_after=len(out), fallback_reason=_DROPPED_NOW, fallbacks=1
+        )
+        record.at_least("warning")
+        ex.decoded = ex.server_decoded or coded
+        ex.beta = True
+        return await relay(ex, out, record)
+
+    return drop
 
 
 async def _json_object(data: bytes) -> dict[str, Any] | None:
@@ -541,7 +581,7 @@ async def _condense_one(
         record.set(fallback_reason=_REFUSED_BEFORE)
         if not report.get("as_sent"):  # the state lacks the hold (its write failed)
             await _forget(state, tenant, session_key)
-        return await as_sent.relay()
+        return await as_sent.relay(on_refused=as_sent.dropping())
     # sent without the engine's word (a cache breakpoint added at most): rescued as above
     refused = rescue or as_sent.on_refused(state, tenant, session_key)
     out, outgoing = body, parsed
@@ -577,7 +617,7 @@ async def _condense_one(
             )
     if out is body:
         ex.decoded = ex.server_decoded
-        return await relay(ex, raw, record, on_refused=rescue)
+        return await relay(ex, raw, record, on_refused=rescue or as_sent.dropping())
     return await relay(ex, out, record, on_refused=refused)
 
 
@@ -835,6 +875,10 @@ def _offers_recall(request: dict[str, Any], references: bool) -> bool:
 
 _REFUSED_BEFORE = "proxy: refused: the upstream refused a rewrite of this session lately"
 _REFUSED_NOW = "refused: the upstream answered 400 to the rewrite; sent as the client sent it"
+_DROPPED_NOW = (
+    "refused: the upstream answered 400 to the request as sent, whose thinking is bound to"
+    " a rewrite the session's state no longer holds; sent asking it to drop those blocks"
+)
 _ADOPTED_NOW = (
     "refused: the upstream answered 400 to the request as sent, whose thinking followed"
     " the session's rewrite; sent with the session's adopted replacements"
@@ -864,6 +908,13 @@ class _AsSent:
             recall_injected=None, recall_rounds=None, thinking_dropped=None,
         )  # fmt: skip
 
+    def dropping(self) -> Refused | None:
+        """The last rescue of this request sent as the client sent it (see
+        :func:`_dropping_on_refusal`)."""
+        return _dropping_on_refusal(
+            self.ex, self.record, self.raw, self.parsed, self.coded, self.size
+        )
+
     async def relay(self, on_refused: Refused | None = None) -> web.StreamResponse:
         if self.owed:
             self.ex.decoded = self.ex.server_decoded or self.coded
@@ -883,7 +934,7 @@ class _AsSent:
             self.undone()
             self.record.set(fallback_reason=_REFUSED_NOW)
             self.record.at_least("warning")
-            response = await self.relay()
+            response = await self.relay(on_refused=self.dropping())
             if response.status < 400:
                 state.remember_refusal(tenant, session)
                 await _forget(state, tenant, session)

@@ -53,7 +53,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -63,6 +63,7 @@ from multidict import CIMultiDict
 
 from ctxwarden.errors import StoreError, store_failure
 from ctxwarden.proxy import owed
+from ctxwarden.proxy.block_binding import with_beta
 from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.reasoning_links import one_call_at_a_time
@@ -110,6 +111,9 @@ class Exchange:
         self.canary: tuple[str, str] | None = None
         """``(tenant, canary key)`` to keep under the Responses id the client gets, for
         the requests that continue it (:mod:`ctxwarden.proxy.rollout`)."""
+        self.beta = False
+        """Whether the body sent sets ``thinking.block_binding``: its ``anthropic-beta``
+        value is added to the client's (:mod:`ctxwarden.proxy.block_binding`)."""
 
     def answered(self, response_id: Any) -> None:
         """The client was shown ``response_id``: keep the canary key under it (once; in
@@ -125,10 +129,13 @@ class Exchange:
 
     def open(self, body: Body, length: int | None = None) -> Any:
         """The upstream request (an async context manager, see ``Upstream.open``)."""
+        headers: Mapping[str, str] = self.request.headers
+        if self.beta:
+            headers = CIMultiDict(headers)
+            with_beta(headers)
         return self.state.client.open(
-            self.request.method, self.url, self.request.headers, body,
-            decoded=self.decoded, length=length,
-        )  # fmt: skip
+            self.request.method, self.url, headers, body, decoded=self.decoded, length=length
+        )
 
 
 async def _remember_canary(state: ProxyState, tenant: str, response_id: str, key: str) -> None:
@@ -432,7 +439,8 @@ async def relay_with_recall(
             return web.Response(body=data, status=status, headers=headers)
         _add_round_usage(record, obj)
         result = dialect.find_calls(obj)
-        if result.tangled:  # never shown: asked again (see reasoning_links)
+        if result.tangled and rounds < state.settings.max_recall_rounds:  # never shown:
+            # asked again (see reasoning_links); past the limit it is shown as it is
             request = _asked_again(dialect, request, rounds, state)
             body = orjson.dumps(request)
             rounds += 1
@@ -513,6 +521,7 @@ async def _stream_loop(
     flt: StreamFilter = FILTERS[api]()
     if isinstance(flt, ResponsesFilter):
         flt.asked = request
+        flt.may_ask_again = state.settings.max_recall_rounds > 0
     out: web.StreamResponse | None = None
     rounds = 0
     owing = flt if isinstance(flt, ResponsesFilter) and owed.stored(request) else None
@@ -550,11 +559,13 @@ async def _stream_loop(
             return await on_refused(refusal)
         result = flt.round_result()
         if isinstance(flt, ResponsesFilter) and flt.tangled:  # nothing of it was shown
+            # (it tangles only while the round limit allows asking again)
             request = _asked_again(dialect, request, rounds, state)
             body = orjson.dumps(request)
             rounds += 1
             record.set(recall_rounds=rounds)
             flt.start_round()
+            flt.may_ask_again = rounds < state.settings.max_recall_rounds
             continue
         if owing is not None and owing.announced_before():
             debt += result.assistant or []  # a later round than the response the client sees
@@ -566,6 +577,8 @@ async def _stream_loop(
         rounds += 1
         record.set(recall_rounds=rounds)
         flt.start_round()
+        if isinstance(flt, ResponsesFilter):
+            flt.may_ask_again = rounds < state.settings.max_recall_rounds
     assert out is not None
     if isinstance(flt, ResponsesFilter):  # nothing announced: the last round's id
         ex.answered(flt.client_response_id())

@@ -367,6 +367,8 @@ class ResponsesFilter(StreamFilter):
         self._round_id: str | None = None
         self.response_id: str | None = None  # the id announced to the client
         self.announced_round: int | None = None  # the round whose id that is
+        self.may_ask_again = True
+        """Whether a tangled round may be asked again (the loop's round limit allows)."""
         self._reset_links()
 
     def _reset_links(self) -> None:
@@ -374,6 +376,7 @@ class ResponsesFilter(StreamFilter):
         self._held: dict[int, list[_Held]] = {}  # reasoning, not yet known to be shown
         self._unshown: dict[int, list[_Held]] = {}  # reasoning hidden with a recall call
         self._after_unshown = False  # the latest reasoning item was hidden
+        self._shown_round = False  # an event of this round's items reached the client
         self.tangled = False
         """A shown item followed hidden reasoning: nothing of the round after it is
         shown, and the round is asked again (:mod:`.reasoning_links`)."""
@@ -417,9 +420,10 @@ class ResponsesFilter(StreamFilter):
     def _added(self, index: int, obj: dict[str, Any], name: str | None) -> list[bytes]:
         """A new output item: a reasoning item is held until the next item says
         whether the client may see it (:mod:`.reasoning_links`: not before a recall
-        call); an item after hidden reasoning tangles the round, unless this round's id
-        was shown already (asking again would leave that response incomplete): then
-        the hidden reasoning is shown after all, as before."""
+        call); an item after hidden reasoning tangles the round, unless the client was
+        shown some of this round already (asking again would leave it items of a round
+        that is thrown away) or the round limit is reached (:attr:`may_ask_again`):
+        then the hidden reasoning is shown after all, as before."""
         item = obj.get("item")
         if self.tangled:
             self._recall.add(index)
@@ -437,7 +441,7 @@ class ResponsesFilter(StreamFilter):
             return []
         out = self._release(self._held)
         if self._after_unshown:
-            if self.announced_round != self.round:
+            if not self._shown_round and self.may_ask_again:
                 self.tangled = True
                 self._recall.add(index)
                 return []
@@ -463,6 +467,7 @@ class ResponsesFilter(StreamFilter):
         """An event of a client-visible item, renumbered."""
         if obj.get("type") == "response.output_item.done":
             self.items.append(obj.get("item"))
+        self._shown_round = True
         mapped = {**obj, "output_index": self._map.get(index, index)}
         return [*self._announce(), self._emit(mapped, name)]
 

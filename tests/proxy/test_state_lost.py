@@ -1,0 +1,92 @@
+"""A binding session whose state is lost: its thinking follows replacements nobody knows.
+
+A session condensed before its thinking began carries thinking blocks produced after the
+condensed texts. When its state is lost (expired, evicted, a flushed Redis), neither the
+request as the client sent it nor the engine's new rewrite matches what those blocks
+followed, and a model binding thinking to its prefix refuses both. The proxy then sends
+it once more asking Anthropic to drop the failing blocks (``drop_block``, with the beta
+header it needs; the fake refuses it without): the session goes on, never a 400 the
+client would not have had without ctxwarden.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+
+from ctxwarden.proxy.block_binding import BETA, dropping_blocks, is_prefix_mismatch, with_beta
+from tests.proxy.conftest import KEY_A, Proxy
+from tests.proxy.test_exact_rescue import MODEL, _condensed_then_thinking
+from tests.proxy.test_thinking_session_e2e import SYSTEM, THINKING, TOOLS, _turn
+
+
+def _lose_state(proxy: Proxy, messages: list[Any]) -> None:
+    """The engine forgets the session, as if its stored state were gone."""
+    body = {"model": MODEL, "max_tokens": 512, "system": SYSTEM, "tools": TOOLS,
+            "messages": messages, "thinking": THINKING}  # fmt: skip
+    tenant = proxy.tenant(KEY_A)
+    report = proxy.engine.condense(body, "anthropic.messages", mode="exact", tenant=tenant).report
+    proxy.engine.forget_session(report["session"], tenant)
+
+
+@pytest.mark.parametrize("mode", ["active", "exact"])
+async def test_a_session_whose_state_is_lost_goes_on_with_its_stale_thinking_dropped(
+    proxy: Proxy, mode: str
+) -> None:
+    messages: list[Any] = [{"role": "user", "content": "Fix the failing build."}]
+    headers = {"x-ctxwarden-mode": "exact"} if mode == "exact" else {}
+    async with aiohttp.ClientSession() as http:
+        await _condensed_then_thinking(http, proxy, messages)
+        _lose_state(proxy, messages)
+        sent = len(proxy.fake.received)
+        events = [
+            await _turn(http, proxy, MODEL, messages, k, True, headers) for k in range(12, 15)
+        ]
+    assert [e["status"] for e in events] == [200, 200, 200]  # _turn asserts it too
+    assert all("drop those blocks" in e["fallback_reason"] for e in events)
+    received = proxy.fake.received[sent:]
+    dropping = [r for r in received if b'"drop_block"' in r.body]
+    assert len(dropping) == len(events)  # the last try of each turn, once
+    for r in dropping:
+        assert BETA in r.headers["anthropic-beta"].split(",")
+        assert r.json()["thinking"] == {**THINKING, "block_binding": {
+            "prefix_mismatch_behavior": "drop_block"}}  # fmt: skip
+
+
+async def test_a_session_with_its_state_is_never_sent_with_drop_block(proxy: Proxy) -> None:
+    messages: list[Any] = [{"role": "user", "content": "Fix the failing build."}]
+    async with aiohttp.ClientSession() as http:
+        await _condensed_then_thinking(http, proxy, messages)
+        for k in range(12, 15):
+            await _turn(http, proxy, MODEL, messages, k, True)
+    assert not any(b"drop_block" in r.body for r in proxy.fake.received)
+
+
+def test_drop_block_is_asked_only_where_the_client_left_it_open() -> None:
+    asked = {"model": MODEL, "messages": [], "thinking": {"type": "enabled", "budget_tokens": 2048}}
+    assert dropping_blocks(asked) == {**asked, "thinking": {
+        "type": "enabled", "budget_tokens": 2048,
+        "block_binding": {"prefix_mismatch_behavior": "drop_block"}}}  # fmt: skip
+    chosen = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "error"}}
+    assert dropping_blocks({**asked, "thinking": chosen}) is None  # the client's own choice
+    assert dropping_blocks({**asked, "thinking": {"type": "disabled"}}) is None
+    assert dropping_blocks({"model": MODEL, "messages": []}) is None  # thinking unasked
+    assert dropping_blocks({**asked, "thinking": {"type": "adaptive", "block_binding": 3}}) is None
+
+
+def test_the_refusal_and_the_beta_header_are_read_as_anthropic_writes_them() -> None:
+    refusal = (b'{"type":"error","error":{"type":"invalid_request_error","message":'
+               b'"messages.3.content.0: Invalid `signature` in `thinking` block. The block is'
+               b' bound to a different conversation. Remove the block, or set ..."}}')  # fmt: skip
+    assert is_prefix_mismatch(refusal)
+    assert not is_prefix_mismatch(b'{"error":{"message":"max_tokens: too large"}}')
+    assert not is_prefix_mismatch(b"not json") and not is_prefix_mismatch(None)
+    from multidict import CIMultiDict
+
+    headers: CIMultiDict[str] = CIMultiDict({"Anthropic-Beta": "a-1, b-2"})
+    with_beta(headers)
+    assert headers.getall("anthropic-beta") == [f"a-1,b-2,{BETA}"]
+    with_beta(headers)  # once
+    assert headers.getall("anthropic-beta") == [f"a-1,b-2,{BETA}"]
