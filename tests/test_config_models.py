@@ -116,3 +116,42 @@ def test_a_pipeline_model_resolves_as_its_table(preset: str, table: dict[str, An
     as_model = EngineConfig(preset=preset, pipeline=model)
     assert as_model.pipeline == table
     assert _resolved(as_model) == resolve_pipeline(preset, table)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"store": {"ttl_seconds": True}}, "store.ttl_seconds"),  # was 1 second: gc dropped all
+        ({"store": {"max_bytes": True}}, "store.max_bytes"),
+        ({"store": {"max_bytes": "5"}}, "store.max_bytes"),
+        ({"store": {"timeout_seconds": "5"}}, "store.timeout_seconds"),
+        ({"store": {"breaker_seconds": False}}, "store.breaker_seconds"),
+        ({"budget": {"context_window": True}}, "budget.context_window"),  # was a 1-token window
+        ({"budget": {"context_window": "128000"}}, "budget.context_window"),
+        ({"pipeline": {"planner": {"floor_ratio": True}}}, "pipeline.planner.floor_ratio"),
+        ({"pipeline": {"mask": {"max_ratio": "0.5"}}}, "pipeline.mask.max_ratio"),
+    ],
+)
+def test_a_number_of_the_wrong_type_is_refused_not_converted(
+    data: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validated_config(data)
+    assert caught.value.key == key
+
+
+def test_a_whole_number_is_a_number_of_seconds() -> None:
+    config = validated_config({"store": {"timeout_seconds": 5, "gc_interval_seconds": 0}})
+    assert config.store.timeout_seconds == 5.0 and isinstance(config.store.timeout_seconds, float)
+
+
+def test_a_gate_of_the_wrong_type_is_refused(tmp_path: Any) -> None:
+    from ctxwarden.replay.gates import load_gates
+
+    path = tmp_path / "gates.toml"
+    path.write_text("[gates]\nmax_integrity_violations = true\n")  # was <= 1: a looser gate
+    with pytest.raises(ConfigError) as caught:
+        load_gates(path)
+    assert caught.value.key == "gates.max_integrity_violations"
+    path.write_text("[gates]\nmin_reduction = 0\nmax_p95_ms = 10\n")  # whole numbers are fine
+    assert load_gates(path).max_p95_ms == 10.0

@@ -21,6 +21,8 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
+    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -49,8 +51,8 @@ class _Strict(BaseModel):
 class BudgetConfig(_Strict):
     """Overrides of the registry's window and output reserve."""
 
-    context_window: int | None = Field(None, gt=0, description="Explicit context window.")
-    output_reserve: int | None = Field(None, ge=0, description="Tokens kept for the answer.")
+    context_window: StrictInt | None = Field(None, gt=0, description="Explicit context window.")
+    output_reserve: StrictInt | None = Field(None, ge=0, description="Tokens kept for the answer.")
     style: Literal["openai", "anthropic"] | None = Field(
         None,
         description="Cache price style steps are judged by (it replaces the planner's "
@@ -73,9 +75,11 @@ class StoreConfig(_Strict):
     backend: Literal["sqlite", "memory", "redis", "postgres"] = "sqlite"
     path: str | None = Field(None, description="SQLite file; default <data_dir>/store.sqlite3.")
     url: str | None = Field(None, description="Redis or PostgreSQL URL.")
-    ttl_seconds: int = Field(30 * 86400, gt=0, description="Artifacts unused this long expire.")
-    max_bytes: int = Field(2 * 1024**3, gt=0, description="Cap on stored bytes; gc trims.")
-    timeout_seconds: float = Field(
+    ttl_seconds: StrictInt = Field(
+        30 * 86400, gt=0, description="Artifacts unused this long expire."
+    )
+    max_bytes: StrictInt = Field(2 * 1024**3, gt=0, description="Cap on stored bytes; gc trims.")
+    timeout_seconds: StrictFloat = Field(
         5.0,
         gt=0,
         allow_inf_nan=False,
@@ -83,7 +87,7 @@ class StoreConfig(_Strict):
         "for one command or statement) before the call fails and the request goes on "
         "without the store; raise it for very large artifacts on a slow link.",
     )
-    breaker_seconds: float = Field(
+    breaker_seconds: StrictFloat = Field(
         10.0,
         ge=0,
         allow_inf_nan=False,
@@ -91,7 +95,7 @@ class StoreConfig(_Strict):
         "fail at once for this many seconds (requests go on without the store instead of "
         "each waiting timeout_seconds), then one is tried again; 0: every call is tried.",
     )
-    gc_interval_seconds: float = Field(
+    gc_interval_seconds: StrictFloat = Field(
         3600,
         ge=0,
         allow_inf_nan=False,

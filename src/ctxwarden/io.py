@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
+import os
+import stat
 import sys
+import tempfile
 import zlib
 from dataclasses import dataclass
 from importlib import resources
@@ -33,6 +37,29 @@ __all__ = [
     "session_api",
     "session_requests",
 ]
+
+
+def write_atomically(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: into a temporary file beside it,
+    then renamed onto it, so a write that fails midway (a full disk) leaves an existing
+    file as it was. Raises :class:`OSError`."""
+    target = Path(path)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)  # an existing file keeps its mode
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # a new one gets what open() would give it
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def read_bytes(source: str | Path) -> bytes:

@@ -85,3 +85,28 @@ def test_an_anthropic_session_file_is_condensed_with_its_system(
     assert main(["condense", str(session), "--mode", "exact", "--data-dir", str(tmp_path)]) == 0
     out = orjson.loads(capsys.readouterr().out)
     assert out["system"] == SYSTEM and "source" not in out
+
+
+def test_a_store_that_can_only_be_read_is_an_error_of_condense(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SQLite opens a file it may not write to read: every original would fail to be
+    kept and the request come back uncondensed, exit 0 (helper-97's audit). The store
+    says so, and condense refuses it; exact mode needs no store."""
+    import ctxwarden.store.sqlite as sqlite
+
+    store = tmp_path / "store.sqlite3"
+    sqlite.SqliteStore(store).close()
+    real = sqlite.os.access
+    monkeypatch.setattr(  # as a user without write permission on the file sees it
+        sqlite.os, "access", lambda p, mode: False if Path(p) == store else real(p, mode)
+    )
+    _stdin(monkeypatch, json.dumps(REQUEST).encode())
+    line = fails(capsys, ["condense", "-", "--data-dir", str(tmp_path)])
+    assert line == (
+        f"ctxwarden condense: error: store.path: the store {store} can only be read here: "
+        "the originals of what is condensed could not be kept, and nothing would be (use a "
+        "writable --data-dir, or --mode exact)"
+    )
+    _stdin(monkeypatch, json.dumps(REQUEST).encode())
+    assert main(["condense", "-", "--data-dir", str(tmp_path), "--mode", "exact"]) == 0

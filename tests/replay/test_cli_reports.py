@@ -136,3 +136,94 @@ def test_the_help_says_what_runs_without_paths_and_what_critical_is() -> None:
     text = sub.choices["replay"].format_help()  # type: ignore[attr-defined]
     assert "Without PATHS, the real sessions bundled with ctxwarden are replayed" in text
     assert "critical          error lines kept" in text
+
+
+@pytest.mark.parametrize("flag", ["--json", "--html"])
+@pytest.mark.parametrize("named", ["file", "folder", "config"])
+def test_a_report_never_overwrites_what_the_replay_reads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, named: str
+) -> None:
+    session = _session(tmp_path)
+    config = tmp_path / "balanced.toml"
+    config.write_text('preset = "balanced"\n')
+    kept = {p: p.read_bytes() for p in (session, config)}
+    target = config if named == "config" else session
+    paths = [str(tmp_path / ".." / tmp_path.name)] if named == "folder" else [str(session)]
+    argv = ["replay", *paths, "--config", str(config), "--no-baselines", "--quiet"]
+    assert main([*argv, flag, str(target)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    what = "--config" if named == "config" else "PATHS"
+    assert err.strip() == (
+        f"ctxwarden replay: error: {flag} {target}: is a file the replay reads ({what}); "
+        "write the report elsewhere"
+    )
+    assert {p: p.read_bytes() for p in kept} == kept
+
+
+def test_both_reports_to_one_file_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    session, out = _session(tmp_path), tmp_path / "r.out"
+    argv = ["replay", str(session), "--no-baselines", "--quiet"]
+    assert main([*argv, "--json", str(out), "--html", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ctxwarden replay: error: --html {out}: --json writes this file already"
+    )
+    assert not out.exists()
+
+
+def test_a_report_that_fails_midway_leaves_the_old_one_whole(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: the write fails after some bytes; the report there before stays."""
+    import ctxwarden.io
+
+    session, out = _session(tmp_path), tmp_path / "r.json"
+    out.write_text('{"old": true}')
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, handle: object) -> None:
+            self.file = handle
+
+        def __enter__(self) -> Full:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.file.close()  # type: ignore[attr-defined]
+
+        def write(self, data: bytes) -> None:
+            self.file.write(data[:100])  # type: ignore[attr-defined]
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ctxwarden.io.os, "fdopen", lambda fd, mode: Full(real_fdopen(fd, mode)))
+    assert main(["replay", str(session), "--no-baselines", "--quiet", "--json", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"ctxwarden replay: error: --json {out}: cannot write it (No space left on device)"
+    )
+    assert out.read_text() == '{"old": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_session.json", "r.json"]
+
+
+def test_a_folder_that_cannot_be_listed_is_an_error_not_a_smaller_corpus(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rglob`` skipped it in silence: a part of the corpus was replayed as the whole."""
+    _session(tmp_path)
+    hidden = tmp_path / "part"
+    hidden.mkdir()
+    _session(hidden)
+    real = os.scandir
+
+    def scandir(path: object = ".") -> object:
+        if Path(str(path)) == hidden:  # as a user without read permission on it sees it
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert main(["replay", str(tmp_path), "--no-baselines", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ctxwarden replay: error: {hidden}: cannot list this directory (Permission denied)"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -76,5 +77,25 @@ def test_a_store_on_a_read_only_mount_opens_and_is_read(
             store.put("t", "a new text")
         with pytest.raises(StoreError):
             store.gc(now=time.time() + 10**9)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "unwritable"),
+    [("SQLITE_READONLY", True), ("SQLITE_READONLY_DIRECTORY", True), ("SQLITE_CANTOPEN", True),
+     ("SQLITE_READONLY_RECOVERY", True), ("SQLITE_CORRUPT", False), ("SQLITE_BUSY", False)],
+)  # fmt: skip
+def test_a_store_in_a_read_only_folder_is_opened_to_read(
+    tmp_path: Path, name: str, unwritable: bool
+) -> None:
+    """SQLite names a folder it cannot write in by an extended code of SQLITE_READONLY
+    (``chmod 555`` on the folder, as root sees it only without CAP_DAC_OVERRIDE): the
+    store then opens to read, as on a read-only mount."""
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    try:
+        exc = sqlite3.OperationalError("attempt to write a readonly database")
+        exc.sqlite_errorname = name  # type: ignore[attr-defined]
+        assert store._unwritable(exc) is unwritable
     finally:
         store.close()

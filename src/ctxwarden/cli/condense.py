@@ -16,6 +16,7 @@ from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.parts import ToolResultPart
 from ctxwarden.replay import DEFAULT_BASELINES, print_table, run_replay
 from ctxwarden.replay.subjects import EngineSubject
+from ctxwarden.store.sqlite import SqliteStore
 
 __all__ = ["register"]
 
@@ -80,6 +81,15 @@ def _condense(args: argparse.Namespace) -> int:
                 "printed references could never be recalled (use sqlite, the default, or "
                 "a server backend)",
                 "store.backend",
+                args.config or "",
+            )
+        store = engine.store if engine.config.mode == "active" else None  # exact: none
+        if isinstance(store, SqliteStore) and store.read_only:
+            raise ConfigError(
+                f"the store {store.path} can only be read here: the originals of what is "
+                "condensed could not be kept, and nothing would be (use a writable "
+                "--data-dir, or --mode exact)",
+                "store.path",
                 args.config or "",
             )
         result = engine.condense(

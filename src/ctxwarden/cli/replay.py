@@ -31,6 +31,7 @@ from ctxwarden.config import config_error, read_toml
 from ctxwarden.errors import ReplayError
 from ctxwarden.io import bundled_sessions
 from ctxwarden.replay.gates import Gates, check_gates, gates_checked, load_gates
+from ctxwarden.replay.inputs import expand_paths
 from ctxwarden.replay.report_html import write_html
 from ctxwarden.replay.report_json import write_json
 from ctxwarden.replay.report_table import print_table
@@ -218,6 +219,32 @@ def _check_writable(option: str, out: str) -> None:
         raise ReplayError(f"{where}: cannot write {what} ({exc.strerror or exc})") from None
 
 
+def _read_files(args: argparse.Namespace, paths: list[str]) -> list[tuple[str, Path]]:
+    """The files a replay reads, each with what names it: the sessions and logs
+    (``PATHS``), ``--config`` and ``--gates``."""
+    named = [("PATHS", path) for path in expand_paths(paths)]
+    named += [("--config", Path(c)) for c in args.config or []]
+    if args.gates:
+        named.append(("--gates", Path(args.gates)))
+    return named
+
+
+def _check_distinct(outputs: list[tuple[str, str]], inputs: list[tuple[str, Path]]) -> None:
+    """A :class:`ReplayError` when a report would overwrite a file the replay reads, or
+    the other report: each file is written once, and inputs never."""
+    seen: dict[Path, str] = {path.resolve(): what for what, path in inputs}
+    for option, out in outputs:
+        real = Path(out).resolve()
+        what = seen.get(real)
+        if what in ("--json", "--html"):
+            raise ReplayError(f"{option} {out}: {what} writes this file already")
+        if what is not None:
+            raise ReplayError(
+                f"{option} {out}: is a file the replay reads ({what}); write the report elsewhere"
+            )
+        seen[real] = option
+
+
 def _replay(args: argparse.Namespace) -> int:
     console = CliConsole(width=None if sys.stdout.isatty() else 160)
     if args.scenarios is not None:
@@ -231,11 +258,13 @@ def _replay(args: argparse.Namespace) -> int:
         raise ReplayError(
             f"--mask {args.mask[0]}: --no-baselines drops every mask:N baseline (give one of them)"
         )
-    for option, out in (("--json", args.json), ("--html", args.html)):
-        if out:
-            _check_writable(option, out)
-    baselines = [] if args.no_baselines else ["exact", *(f"mask:{n}" for n in args.mask or [10])]
     paths = args.paths or [str(p) for p in bundled_sessions()]
+    outputs = [(option, out) for option, out in (("--json", args.json), ("--html", args.html))
+               if out]  # fmt: skip
+    for option, out in outputs:
+        _check_writable(option, out)
+    _check_distinct(outputs, _read_files(args, paths))
+    baselines = [] if args.no_baselines else ["exact", *(f"mask:{n}" for n in args.mask or [10])]
     options = ReplayOptions(
         idle_gap=args.idle_gap,
         turn_seconds=args.turn_seconds,
@@ -260,10 +289,11 @@ def _replay(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total, description=session[-40:])
 
         result = run_replay(paths, configs, baselines=baselines, options=options, progress=progress)
-    if args.json:
-        write_json(result, args.json)
-    if args.html:
-        write_html(result, args.html)
+    for option, out in outputs:
+        try:
+            (write_json if option == "--json" else write_html)(result, out)
+        except OSError as exc:  # the file as it was is left (written whole or not at all)
+            raise ReplayError(f"{option} {out}: cannot write it ({exc.strerror or exc})") from None
     try:
         print_table(result, console)
         cut = False

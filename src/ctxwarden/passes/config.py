@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from ctxwarden.tokens.budget import Band
 
@@ -95,13 +95,13 @@ class MaskConfig(PassConfig):
         description="Large outputs may keep more mentions: this many per 1,000 tokens of the "
         "output when that exceeds max_keywords.",
     )
-    min_mention_score: float = Field(
+    min_mention_score: StrictFloat = Field(
         0.0,
         ge=0,
         description="Mentions the agent is less likely to need are left out: the score of "
         "ctxwarden.signals.mention_scores (1.0: a snake_case name early in the output).",
     )
-    max_ratio: float = Field(
+    max_ratio: StrictFloat = Field(
         0.8, gt=0, le=1, description="Mask only when the placeholder is at most this share."
     )
     shared_mentions: StrictBool = Field(

@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     ValidationError,
     ValidationInfo,
@@ -75,23 +76,25 @@ class PlannerConfig(_Strict):
     """When a compaction step is worth its prompt-cache rewrite."""
 
     floor_tokens: StrictInt = Field(128, ge=0, description="No step saves fewer tokens than this.")
-    floor_ratio: float = Field(0.01, ge=0, le=1, description="...nor this share of the request.")
+    floor_ratio: StrictFloat = Field(
+        0.01, ge=0, le=1, description="...nor this share of the request."
+    )
     price_style: Literal["model", "openai", "anthropic", "conservative"] = Field(
         "conservative",
         description="Cache prices a step is judged by; conservative: both OpenAI and Anthropic, "
         "and the model's own (registry) when they differ from both.",
     )
-    min_expected_turns: float = Field(
+    min_expected_turns: StrictFloat = Field(
         24,
         ge=0,
         description="Turns a step must pay for itself within. A short fixed horizon bounds "
         "what a session that ends early can lose; longer ones step more and risk more.",
     )
-    max_expected_turns: float = Field(24, ge=0)
-    lindy_factor: float = Field(
+    max_expected_turns: StrictFloat = Field(24, ge=0)
+    lindy_factor: StrictFloat = Field(
         0.0, ge=0, description="Expected remaining turns per turn already seen (0: fixed)."
     )
-    free_step_cost: float = Field(
+    free_step_cost: StrictFloat = Field(
         0.5,
         ge=0,
         le=1,
@@ -99,24 +102,24 @@ class PlannerConfig(_Strict):
         "request's cost is free: held to free_step_deficit_requests, not the tight "
         "max_session_deficit.",
     )
-    free_payback_turns: float = Field(
+    free_payback_turns: StrictFloat = Field(
         1,
         ge=0,
         description="A free step that takes longer than this many turns to pay for itself "
         "is a bet on the session going on: while one such bet is unpaid, another is not "
         "free (two at a session's end could make it dearer than exact).",
     )
-    risk_window: float = Field(
+    risk_window: StrictFloat = Field(
         2, ge=0, description="Turns at most that an unpaid slow step holds back the next."
     )
-    max_session_deficit: float = Field(
+    max_session_deficit: StrictFloat = Field(
         0.015,
         ge=0,
         le=1,
         description="A step that is not free may not make the session dearer than exact "
         "by more, were the session to end right after it.",
     )
-    free_step_deficit_requests: float = Field(
+    free_step_deficit_requests: StrictFloat = Field(
         0.4,
         ge=0,
         description="Nor may a free step by more than this share of one of the session's "
@@ -163,7 +166,7 @@ class PipelineConfig(_Strict):
         "mentions a placeholder lists (and recall) instead.",
     )
     keep_newest_outputs: StrictInt = Field(1, ge=0, description="Newest tool outputs kept in full.")
-    keep_newest_percent: float = Field(
+    keep_newest_percent: StrictFloat = Field(
         0, ge=0, le=100, description="This share of all tool outputs, newest first, kept."
     )
     keep_newest_texts: StrictInt = Field(

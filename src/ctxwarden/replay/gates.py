@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from ctxwarden.config import EngineConfig, config_error, read_toml
 from ctxwarden.errors import ConfigError
@@ -36,18 +36,18 @@ class Gates(BaseModel):
     """The thresholds (see module docstring); unknown keys are rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    min_reduction: float | None = Field(None, ge=-10, le=1, description="Total reduction.")
-    min_support: float | None = Field(None, ge=0, le=1, description="Total support.")
-    min_critical: float | None = Field(None, ge=0, le=1, description="Total critical share.")
+    min_reduction: StrictFloat | None = Field(None, ge=-10, le=1, description="Total reduction.")
+    min_support: StrictFloat | None = Field(None, ge=0, le=1, description="Total support.")
+    min_critical: StrictFloat | None = Field(None, ge=0, le=1, description="Total critical share.")
     max_p95_ms: float | None = Field(None, gt=0, description="p95 condense milliseconds.")
-    max_integrity_violations: int = Field(0, ge=0, description="Violations, all categories.")
-    min_cost_saving: float | None = Field(
+    max_integrity_violations: StrictInt = Field(0, ge=0, description="Violations, all categories.")
+    min_cost_saving: StrictFloat | None = Field(
         None, ge=-10, le=1, description="Cache-adjusted saving (worse of both styles)."
     )
-    min_median_reduction: float | None = Field(
+    min_median_reduction: StrictFloat | None = Field(
         None, ge=-10, le=1, description="The median session's reduction."
     )
-    min_worst_session_saving: float | None = Field(
+    min_worst_session_saving: StrictFloat | None = Field(
         None, ge=-10, le=1, description="The worst session's saving (worse of both styles)."
     )
 

@@ -30,6 +30,7 @@ of the whole replay (:func:`expand_paths`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,12 +108,25 @@ def expand_paths(paths: Sequence[str | Path], duplicates: list[Path] | None = No
     return unique
 
 
+def _walk(folder: Path) -> Iterator[Path]:
+    """Every file under ``folder``, recursively (links to folders not followed); a
+    :class:`ReplayError` names a folder that cannot be listed (``rglob`` skipped it
+    without a word: a replay of part of a corpus passed for all of it)."""
+
+    def unlisted(exc: OSError) -> None:
+        raise ReplayError(f"{exc.filename}: cannot list this directory ({exc.strerror or exc})")
+
+    for root, _, files in os.walk(folder, onerror=unlisted):
+        for name in files:
+            yield Path(root) / name
+
+
 def _expanded(paths: Sequence[str | Path]) -> list[Path]:
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if _is_input(f))
+            found = sorted(f for f in _walk(p) if _is_input(f))
             if not found:
                 raise ReplayError(
                     f"{p}: no session or request log in this directory "

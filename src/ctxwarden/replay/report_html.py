@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from ctxwarden.io import write_atomically
 from ctxwarden.replay.report_table import fmt_share
 from ctxwarden.replay.runner import ReplayResult
 
@@ -190,5 +191,5 @@ against exact (negative = more expensive than sending everything unchanged).</p>
 
 
 def write_html(result: ReplayResult, path: str | Path, title: str = "ctxwarden replay") -> None:
-    """Write :func:`render_html` to ``path``."""
-    Path(path).write_text(render_html(result, title), encoding="utf-8")
+    """Write :func:`render_html` to ``path`` (whole or not at all)."""
+    write_atomically(path, render_html(result, title).encode("utf-8"))

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from ctxwarden.io import write_atomically
 from ctxwarden.replay.runner import ReplayResult
 
 __all__ = ["result_to_dict", "write_json"]
@@ -56,5 +57,5 @@ def result_to_dict(result: ReplayResult, *, turns: bool = True) -> dict[str, Any
 
 
 def write_json(result: ReplayResult, path: str | Path) -> None:
-    """Write :func:`result_to_dict` to ``path``."""
-    Path(path).write_bytes(orjson.dumps(result_to_dict(result), option=orjson.OPT_INDENT_2))
+    """Write :func:`result_to_dict` to ``path`` (whole or not at all)."""
+    write_atomically(path, orjson.dumps(result_to_dict(result), option=orjson.OPT_INDENT_2))

@@ -157,6 +157,9 @@ class SqliteStore:
         self, path: str | Path, *, ttl_seconds: float = 30 * 86400, max_bytes: int = 2 << 30
     ) -> None:
         self.path = Path(os.path.abspath(path))  # the file opened, whatever the cwd later
+        self.read_only = False
+        """The file cannot be written (opened to read: lookups and recalls work, every
+        write fails)."""
         self.ttl = ttl_seconds
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -177,10 +180,13 @@ class SqliteStore:
                         raise
                     self._db.close()
                     self._db = self._open_read_only()
+                    self.read_only = True
                 self._lookup = self._lookup_clause()
             except BaseException:
                 self._db.close()
                 raise
+        # SQLite itself opens a file it may not write to read (writes then fail)
+        self.read_only = self.read_only or not os.access(self.path, os.W_OK)
         try:
             self._file_id = _file_id(self.path)
         except OSError:  # the file opened but cannot be looked at: writes go unchecked
@@ -196,9 +202,12 @@ class SqliteStore:
 
     def _unwritable(self, exc: sqlite3.OperationalError) -> bool:
         """True when opening failed because an existing database cannot be written
-        where it lies (a read-only mount: WAL cannot create its ``-shm`` file)."""
+        where it lies (a read-only mount or folder: WAL cannot create its ``-shm``
+        file; SQLite names it ``SQLITE_READONLY`` or an extended code of it, such as
+        ``SQLITE_READONLY_DIRECTORY``)."""
         name = getattr(exc, "sqlite_errorname", "")
-        return name in ("SQLITE_CANTOPEN", "SQLITE_READONLY") and self.path.is_file()
+        unwritable = name == "SQLITE_CANTOPEN" or name.startswith("SQLITE_READONLY")
+        return unwritable and self.path.is_file()
 
     def _open_read_only(self) -> sqlite3.Connection:
         """The database as an immutable file (no ``-shm``, no locks): reads work, writes
