@@ -44,6 +44,10 @@ def _shown(response: Any) -> list[dict[str, Any]]:
     return [item.model_dump(exclude_none=True) for item in response.output]
 
 
+def _ids(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(i["type"], i["id"]) for i in items]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_history_replayed_after_a_recall_round_is_accepted(
     proxy: Proxy, stream: bool
@@ -57,10 +61,7 @@ async def test_history_replayed_after_a_recall_round_is_accepted(
         first = await respond(c, stream, input=asked, tools=TOOLS)
         shown = _shown(first)
         # the recall round's reasoning went with its call; the last round's is shown
-        assert [(i["type"], i["id"]) for i in shown] == [
-            ("reasoning", "rs_2"),
-            ("message", "msg_2"),
-        ]
+        assert _ids(shown) == [("reasoning", "rs_2"), ("message", "msg_2")]
         later = [*asked, *shown, {"role": "user", "content": "thanks"}]
         second = await respond(c, stream, input=later, tools=TOOLS)
     assert second.output_text == "Hello from the fake upstream."
@@ -81,10 +82,7 @@ async def test_recall_before_a_client_call_is_asked_again_one_call_at_a_time(
     async with openai_client(proxy) as c:
         first = await respond(c, stream, input=asked, tools=TOOLS)
         shown = _shown(first)
-        assert [(i["type"], i["id"]) for i in shown] == [
-            ("reasoning", "rs_2"),
-            ("function_call", "fc_2_0"),
-        ]
+        assert _ids(shown) == [("reasoning", "rs_2"), ("function_call", "fc_2_0")]
         assert shown[1]["call_id"] == "call_read_2"
         assert first.parallel_tool_calls is True  # the client's own setting, echoed
         tangled, again = (r.json() for r in proxy.fake.received[:2])
