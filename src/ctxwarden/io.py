@@ -125,18 +125,29 @@ def _stdlib_loads(data: bytes) -> Any:
     )
 
 
+def _fallback_loads(data: bytes, error: orjson.JSONDecodeError) -> Any:
+    """``data`` that orjson refused (``error``), read by Python's ``json`` when it is
+    valid JSON after all; else ``error``, or for bytes that are not UTF-8 a
+    ``ValueError`` naming the offset of the first invalid one (orjson reports those
+    at char 0 as "surrogates not allowed")."""
+    try:
+        return _stdlib_loads(data)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"invalid UTF-8 at byte {exc.start}") from None
+    except (ValueError, RecursionError):
+        raise error from None
+
+
 def parse_json(data: bytes) -> Any:
     """JSON bytes as sent: orjson reads them, unless it would change a value (an
     integer past 64 bits becomes a float) or refuses valid JSON (a lone surrogate
     escape); then Python's ``json`` does. Raises ``ValueError`` for invalid JSON
-    (orjson's message). Write the value back with :func:`dump_json`."""
+    (orjson's message; ``invalid UTF-8 at byte N`` for bytes that are not UTF-8).
+    Write the value back with :func:`dump_json`."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        try:
-            return _stdlib_loads(data)
-        except (ValueError, RecursionError):
-            raise exc from None
+        return _fallback_loads(data, exc)
     if may_hold_wide_integer(data):
         try:
             return _stdlib_loads(data)
@@ -182,14 +193,12 @@ def load_json(source: str | Path, *, exact: bool = False) -> Any:
 
 def fast_loads(data: bytes) -> Any:
     """JSON ``data`` read by orjson, or by Python's ``json`` where orjson refuses valid
-    JSON (a lone surrogate escape); ``ValueError`` (orjson's) when it is not JSON."""
+    JSON (a lone surrogate escape); ``ValueError`` (orjson's, or ``invalid UTF-8 at
+    byte N``) when it is not JSON."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        try:
-            return _stdlib_loads(data)
-        except (ValueError, RecursionError):
-            raise exc from None
+        return _fallback_loads(data, exc)
 
 
 def guess_api(request: Any) -> str:

@@ -81,7 +81,9 @@ def test_a_postgres_connection_error_is_one_line(
     out, err = capsys.readouterr()
     assert out == ""
     assert len(err.splitlines()) == 1
-    assert err.startswith("ctxwarden store stats: error: postgres store failed to connect")
+    # named by the key and file the address came from (audit 97, item 9)
+    prefix = f"ctxwarden store stats: error: {config}: store.url: postgres store failed to connect"
+    assert err.startswith(prefix)
     assert "Connection refused" in err
 
 

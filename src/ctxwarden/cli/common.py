@@ -28,6 +28,7 @@ __all__ = [
     "add_engine_options",
     "check_store_path_conflict",
     "engine_from_args",
+    "given_data_dir",
     "non_negative_float",
     "non_negative_int",
     "positive_seconds",
@@ -127,22 +128,41 @@ def engine_from_args(
     store that cannot be opened is an error of the command (the engine opens it on first
     use, and falls back to the original request when that fails)."""
     update: dict[str, Any] = dict(overrides)
-    if getattr(args, "preset", None):
-        resolve_pipeline(args.preset, {})  # a flag naming no preset: its own error
-        update["preset"] = args.preset
+    preset = getattr(args, "preset", None)
+    if preset is not None:  # "" too: a flag naming no preset is its own error
+        try:
+            resolve_pipeline(preset, {})
+        except ConfigError as exc:
+            raise ConfigError(exc.reason, "--preset") from None
+        update["preset"] = preset
     if getattr(args, "mode", None):
         update["mode"] = args.mode
-    if getattr(args, "data_dir", None):
-        update["data_dir"] = args.data_dir
+    data_dir = given_data_dir(args)
+    if data_dir:
+        update["data_dir"] = data_dir
     path = getattr(args, "config", None)
     # the flags override the file's keys
     config = validated_config({**(read_toml(path) if path else {}), **update}, path)
-    check_store_path_conflict(getattr(args, "data_dir", None), config.store)
-    engine = Engine(config)
+    check_store_path_conflict(data_dir, config.store)
+    try:
+        engine = Engine(config)
+    except ConfigError as exc:  # the store table's contradictions: the file's keys
+        if not path or exc.source:
+            raise
+        raise exc.in_file(path) from exc
     if open_store and config.mode != "exact":  # exact mode never reads or writes it
-        with store_errors(config.store, config.data_dir):
+        with store_errors(config.store, config.data_dir, path):
             _ = engine.store
     return engine
+
+
+def given_data_dir(args: argparse.Namespace) -> str | None:
+    """``--data-dir`` as given (``None`` without the flag); an empty one is a
+    :class:`ConfigError` naming the flag (it was taken as no flag: the default store)."""
+    data_dir: str | None = getattr(args, "data_dir", None)
+    if data_dir is not None and not data_dir.strip():
+        raise ConfigError("empty (give a directory, or leave --data-dir out)", "--data-dir")
+    return data_dir
 
 
 def check_store_path_conflict(data_dir: str | None, store: StoreConfig) -> None:
@@ -158,23 +178,38 @@ def check_store_path_conflict(data_dir: str | None, store: StoreConfig) -> None:
 
 
 @contextmanager
-def store_errors(config: StoreConfig, data_dir: str | None) -> Iterator[None]:
-    """Around opening the store of ``config`` in ``data_dir``: a SQLite store whose
-    folder cannot be made or whose file cannot be opened is a :class:`StoreError`
-    naming the folder or file."""
+def store_errors(
+    config: StoreConfig, data_dir: str | None, source: str | Path | None = None
+) -> Iterator[None]:
+    """Around opening the store of ``config`` (read from the file ``source``, when from
+    one) in ``data_dir``: a SQLite store whose folder or file cannot be made or opened
+    is a :class:`StoreError` naming that folder or file; a server store that cannot be
+    opened is one naming ``store.url`` (and ``source``), and a :class:`ConfigError`
+    names ``source`` too."""
     try:
         yield
+    except ConfigError as exc:  # a server store's url or client library: the file's keys
+        if not source or exc.source:
+            raise
+        raise exc.in_file(source) from exc
     except (OSError, StoreError) as exc:
         if config.backend != "sqlite":
-            raise
+            if not isinstance(exc, StoreError):
+                raise
+            where = ": ".join(str(w) for w in (source, "store.url") if w)
+            raise StoreError(f"{where}: {exc}") from exc
         folder = Path(data_dir) if data_dir else default_data_dir()
         path = Path(config.path) if config.path else folder / "store.sqlite3"
         where = "store folder" if config.path else "data dir"
         name = getattr(exc, "filename", None) or path.parent
         if isinstance(exc, FileExistsError):  # made over a file
             message = f"{where} {name}: not a directory"
+        elif isinstance(exc, OSError) and os.path.abspath(name) == os.path.abspath(path):
+            message = f"cannot create the store file {name}: {exc.strerror or exc}"
         elif isinstance(exc, OSError):
             message = f"cannot create the {where} {name}: {exc.strerror or exc}"
+        elif os.path.abspath(path) in str(exc):  # it names the file already
+            message = str(exc)
         else:
             message = f"{path}: {exc}"
         raise StoreError(message) from exc

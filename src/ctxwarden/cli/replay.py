@@ -28,8 +28,9 @@ from rich.table import Table
 
 from ctxwarden.cli.common import CliConsole, non_negative_float, non_negative_int
 from ctxwarden.config import config_error, read_toml
-from ctxwarden.errors import ReplayError
+from ctxwarden.errors import ConfigError, ReplayError
 from ctxwarden.io import bundled_sessions
+from ctxwarden.pipeline.presets import resolve_pipeline
 from ctxwarden.replay.gates import Gates, check_gates, gates_checked, load_gates
 from ctxwarden.replay.inputs import expand_paths
 from ctxwarden.replay.report_html import write_html
@@ -151,7 +152,12 @@ def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
                 gates = Gates.model_validate(table)
             except ValidationError as exc:
                 raise config_error(exc, "gates").in_file(path) from exc
-    configs.extend(f"preset:{name}" for name in args.preset)
+    for name in args.preset:
+        try:
+            resolve_pipeline(name, {})
+        except ConfigError as exc:  # named by the flag, not the spec it becomes
+            raise ConfigError(exc.reason, "--preset") from None
+        configs.append(f"preset:{name}")
     return configs or ["default"], gates
 
 

@@ -221,6 +221,15 @@ def _serve(args: argparse.Namespace) -> int:
         asyncio.run(_run_proxy(engine, settings, build_app, serve_forever, with_fake))
     except ListenError as exc:  # the proxy's own address (the fake's is named below)
         raise ConfigError(str(exc), _given_as(args, f"--{exc.option}", os.environ)) from exc
+    except ConfigError as exc:  # the secret's folder: named as the user gave it
+        if exc.key != "data_dir" or exc.source:
+            raise
+        if settings.data_dir:
+            raise ConfigError(exc.reason, _given_as(args, "--data-dir", os.environ)) from exc
+        source = _option(args, "--config", None, dict(os.environ))
+        if source and config.data_dir:  # the config file's data_dir
+            raise exc.in_file(source) from exc
+        raise
     finally:
         engine.close()
     return 0

@@ -25,6 +25,7 @@ from ctxwarden.cli.common import (
     DATA_DIR_HELP,
     CliConsole,
     check_store_path_conflict,
+    given_data_dir,
     print_json,
     store_errors,
     write_stdout,
@@ -81,18 +82,19 @@ def _add_store_options(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
+    given = given_data_dir(args)
     config = load_config(args.config) if args.config else EngineConfig()
     secret_only = bool(getattr(args, "credential_env", None))  # --data-dir: the secret's
     if not secret_only:  # which store did the user mean? gc on the wrong one drops live ones
-        check_store_path_conflict(args.data_dir, config.store)
-    data_dir = args.data_dir or config.data_dir
+        check_store_path_conflict(given, config.store)
+    data_dir = given or config.data_dir
     if config.store.backend == "sqlite":
         path = sqlite_path(config.store, data_dir)
         if _not_made(path):  # these commands read: a missing store is not made
             raise StoreError(
                 f"no store at {path} (nothing was condensed with this data dir or config yet)"
             )
-    with store_errors(config.store, data_dir):
+    with store_errors(config.store, data_dir, args.config):
         store = open_store(config.store, data_dir)
     try:
         yield config, store
@@ -197,6 +199,8 @@ def masked_url(url: str) -> str:
 
 def _recall(args: argparse.Namespace) -> int:
     _check_recall_args(args.ref, args.lines)
+    if args.tenant is not None and not args.tenant.strip():  # was taken as the default
+        raise ConfigError("empty (give a tenant key, or leave --tenant out)", "--tenant")
     with _opened(args) as (config, store):
         tenant = args.tenant or DEFAULT_TENANT
         if args.credential_env:

@@ -33,9 +33,10 @@ __all__ = ["Gates", "check_gates", "gates_checked", "load_gates"]
 
 
 class Gates(BaseModel):
-    """The thresholds (see module docstring); unknown keys are rejected."""
+    """The thresholds (see module docstring); unknown keys are rejected, and so is a
+    value that is not a finite number (``nan`` was "less than or equal to 1")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     min_reduction: StrictFloat | None = Field(None, ge=-10, le=1, description="Total reduction.")
     min_support: StrictFloat | None = Field(None, ge=0, le=1, description="Total support.")
     min_critical: StrictFloat | None = Field(None, ge=0, le=1, description="Total critical share.")

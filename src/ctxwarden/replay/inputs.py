@@ -18,10 +18,12 @@ Inputs (files, or directories searched for them, sorted by name):
   (all but ``request`` optional). Lines group into sessions by ``session`` (default:
   one session per file). ``api`` defaults to :func:`ctxwarden.io.guess_api`. The
   next action is ``response`` when recorded, else the assistant items the next
-  request of the session added after this request's items. ``ts`` (epoch seconds)
-  feeds the idle-gap cache expiry. A log of no request (an empty file) is unusable,
-  as an empty session file is; a record whose ``request`` is no object, or a Chat or
-  Messages request without ``messages``, is named by its line and JSON path.
+  request of the session added after this request's items. ``ts`` (epoch seconds, or an
+  ISO 8601 time such as ``2024-05-01T10:00:00Z``) feeds the idle-gap cache expiry. A
+  log of no request (an empty file) is unusable, as an empty session file is; a record
+  whose ``request`` is no object, or a Chat or Messages request without ``messages``,
+  and a ``ts`` that is neither a number nor an ISO 8601 time, are named by their line
+  and JSON path.
 
 An input that cannot be used raises :class:`~ctxwarden.errors.ReplayError` naming it
 (the replay skips it and says so); a directory named that holds no input is an error
@@ -33,6 +35,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -149,10 +152,32 @@ def _from_session_file(path: Path) -> ReplaySession:
     return ReplaySession(session.id, session.model, requests, session.source)
 
 
-def _ts(value: Any) -> float | None:
+def _ts(record: dict[str, Any], line: str) -> float | None:
+    """The record's ``ts`` (else ``timestamp``) in epoch seconds: a number, or an ISO
+    8601 string (``2024-05-01T10:00:00Z``; one without an offset is UTC); ``None``
+    when it has none. Any other value is a :class:`ReplayError` at ``line`` (it was
+    dropped without a word, and ``--idle-gap`` then said no request had one)."""
+    key = "ts" if "ts" in record else "timestamp"
+    value = record.get(key)
+    if value is None:
+        return None
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
-    return None
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            return moment.timestamp()
+        raise ReplayError(
+            f"{line}: /{key} {value[:40]!r} is not an ISO 8601 time (or a number of seconds)"
+        )
+    raise ReplayError(
+        f"{line}: /{key} is {json_kind(value)}, not a number of seconds or an ISO 8601 time"
+    )
 
 
 def read_jsonl(path: Path) -> list[ReplaySession]:
@@ -183,7 +208,7 @@ def read_jsonl(path: Path) -> list[ReplaySession]:
         if key not in request and api != "openai.responses":  # Responses: input optional
             raise ReplayError(f"{path}:{n}: {where}/{key} is missing (an {api} request needs one)")
         session = str(record.get("session") or path.name)
-        ts = _ts(record.get("ts", record.get("timestamp")))
+        ts = _ts(record, f"{path}:{n}")
         groups.setdefault(session, []).append((request, api, record.get("response"), ts))
     sessions = []
     for sid, rows in groups.items():

@@ -141,6 +141,21 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
+def _check_ours(db: sqlite3.Connection, path: Path) -> None:
+    """A :class:`StoreError` when the database at ``path`` has tables but no
+    ``migrations`` table: another program's file (a mistyped ``--data-dir`` or
+    ``[store] path``), which opening must leave as it is, not switch to WAL and add
+    ctxwarden's tables to. A file with no table (new or empty) is ours to migrate; the
+    ``migrations`` table is the first one a migration creates, so a store another
+    process is making at the same time passes."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if tables and "migrations" not in tables:
+        raise StoreError(
+            f"{path} is not a ctxwarden store (a SQLite database with tables of its own "
+            "and no migrations table; it was left as it is)"
+        )
+
+
 def _create_private(path: Path) -> None:
     """Create the database file readable by its owner alone when it does not exist yet
     (it holds tool outputs, secrets among them; SQLite gives its ``-wal`` and ``-shm``
@@ -151,7 +166,9 @@ def _create_private(path: Path) -> None:
 
 class SqliteStore:
     """Artifacts and session state in one SQLite database (see :mod:`store.base`).
-    A folder or database file it creates is its owner's alone (``0700`` / ``0600``)."""
+    A folder or database file it creates is its owner's alone (``0700`` / ``0600``).
+    An existing database that is not a ctxwarden store (tables, but no ``migrations``)
+    is a :class:`StoreError` naming it, and is not changed."""
 
     def __init__(
         self, path: str | Path, *, ttl_seconds: float = 30 * 86400, max_bytes: int = 2 << 30
@@ -215,6 +232,7 @@ class SqliteStore:
         ``put`` raises). A ``-wal`` left beside it unmerged is not read."""
         db = self._connect(self.path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
         try:
+            _check_ours(db, self.path)
             db.execute("SELECT COUNT(*) FROM migrations").fetchone()
         except BaseException:
             db.close()
@@ -230,11 +248,13 @@ class SqliteStore:
         return f"INDEXED BY {_LOOKUP_INDEX}" if found else ""
 
     def _open_with_retry(self, attempts: int = 50) -> None:
-        """Switch to WAL and migrate. Changing the journal mode takes an exclusive lock
+        """Check the file is a ctxwarden store (or none yet), switch to WAL and
+        migrate. Changing the journal mode takes an exclusive lock
         that SQLite may refuse at once ("database is locked") while another process opens
         the same fresh file, without waiting on the busy timeout: retry with backoff."""
         for attempt in range(attempts):
             try:
+                _check_ours(self._db, self.path)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._migrate()
