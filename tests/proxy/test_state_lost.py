@@ -11,15 +11,18 @@ client would not have had without ctxwarden.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
+from ctxwarden.proxy import Reply
 from ctxwarden.proxy.block_binding import BETA, dropping_blocks, is_prefix_mismatch, with_beta
 from tests.proxy.conftest import KEY_A, Proxy
 from tests.proxy.test_exact_rescue import MODEL, _condensed_then_thinking
-from tests.proxy.test_thinking_session_e2e import SYSTEM, THINKING, TOOLS, _turn
+from tests.proxy.test_thinking_session_e2e import _HEADERS, SYSTEM, THINKING, TOOLS, _turn
 
 
 def _lose_state(proxy: Proxy, messages: list[Any]) -> None:
@@ -90,3 +93,92 @@ def test_the_refusal_and_the_beta_header_are_read_as_anthropic_writes_them() -> 
     assert headers.getall("anthropic-beta") == [f"a-1,b-2,{BETA}"]
     with_beta(headers)  # once
     assert headers.getall("anthropic-beta") == [f"a-1,b-2,{BETA}"]
+
+
+# -- after helper-101's review ------------------------------------------------------
+
+
+async def _turn_as(
+    http: aiohttp.ClientSession, proxy: Proxy, messages: list[Any], k: int,
+    headers: dict[str, str], path: str = "/v1/messages",
+) -> tuple[int, Any]:  # fmt: skip
+    """One more request of the session (not kept in ``messages``): status and answer."""
+    proxy.fake.script(Reply(text="ok", thinking=f"turn {k}"))
+    body: dict[str, Any] = {"model": MODEL, "system": SYSTEM, "tools": TOOLS,
+                            "messages": messages, "thinking": THINKING}  # fmt: skip
+    if path == "/v1/messages":
+        body["max_tokens"] = 512
+    async with http.post(
+        f"{proxy.url}{path}", data=orjson.dumps(body), headers=_HEADERS | headers
+    ) as r:
+        return r.status, await r.json()
+
+
+@pytest.mark.parametrize("how", ["shadow_header", "canary_rolled_back"])
+@pytest.mark.parametrize("lost", [False, True])
+async def test_a_session_condensed_while_active_is_rescued_in_shadow_too(
+    proxy: Proxy, how: str, lost: bool
+) -> None:
+    """Shadow sends what exact sends: the client's bytes, which a binding model refuses
+    once its thinking followed a rewrite; rescued as in exact mode (it got the 400)."""
+    messages: list[Any] = [{"role": "user", "content": "Fix the failing build."}]
+    async with aiohttp.ClientSession() as http:
+        await _condensed_then_thinking(http, proxy, messages)
+        if lost:
+            _lose_state(proxy, messages)
+        headers: dict[str, str] = {}
+        if how == "shadow_header":
+            headers = {"x-ctxwarden-mode": "shadow"}
+        else:  # the operator rolls the canary back (a restart with canary_percent = 0)
+            proxy.state.settings = dataclasses.replace(proxy.state.settings, canary_percent=0.0)
+        status, answer = await _turn_as(http, proxy, messages, 12, headers)
+    assert status == 200, answer
+    assert proxy.recorder.events[-1]["fallback_reason"].startswith("refused: ")
+
+
+@pytest.mark.parametrize("mode", ["active", "exact"])
+async def test_a_refused_drop_answers_with_the_first_refusal(
+    proxy: Proxy, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway that passes no beta value it does not know: the drop request is refused
+    too ("Extra inputs are not permitted", about a setting the client never sent); the
+    client gets Anthropic's answer to its own request, which it can act on."""
+    import ctxwarden.proxy.relay as relay
+
+    monkeypatch.setattr(relay, "with_beta", lambda headers: None)
+    messages: list[Any] = [{"role": "user", "content": "Fix the failing build."}]
+    headers = {"x-ctxwarden-mode": "exact"} if mode == "exact" else {}
+    async with aiohttp.ClientSession() as http:
+        await _condensed_then_thinking(http, proxy, messages)
+        _lose_state(proxy, messages)
+        status, answer = await _turn_as(http, proxy, messages, 12, headers)
+    assert status == 400
+    assert "bound to a different conversation" in answer["error"]["message"]
+    assert b'"drop_block"' in proxy.fake.received[-1].body  # it was tried
+    assert "asking to drop those blocks" in proxy.recorder.events[-1]["fallback_reason"]
+
+
+async def test_a_token_count_is_never_sent_with_drop_block(proxy: Proxy) -> None:
+    messages: list[Any] = [{"role": "user", "content": "Fix the failing build."}]
+    async with aiohttp.ClientSession() as http:
+        await _condensed_then_thinking(http, proxy, messages)
+        _lose_state(proxy, messages)
+        for headers in ({}, {"x-ctxwarden-mode": "exact"}):
+            status, _ = await _turn_as(
+                http, proxy, messages, 12, headers, "/v1/messages/count_tokens"
+            )
+            assert status == 400
+    assert not any(b"drop_block" in r.body for r in proxy.fake.received)
+
+
+def test_a_null_block_binding_is_every_default() -> None:
+    asked = {
+        "model": MODEL,
+        "messages": [],
+        "thinking": {"type": "adaptive", "block_binding": None},
+    }
+    binding = {"prefix_mismatch_behavior": "drop_block"}
+    assert dropping_blocks(asked) == {
+        **asked,
+        "thinking": {"type": "adaptive", "block_binding": binding},
+    }

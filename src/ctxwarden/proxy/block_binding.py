@@ -52,7 +52,7 @@ def dropping_blocks(request: dict[str, Any]) -> dict[str, Any] | None:
     thinking = request.get("thinking")
     if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "adaptive"):
         return None
-    binding = thinking.get("block_binding", {})
+    binding = thinking.get("block_binding") or {}  # null: every default, as absent
     if not isinstance(binding, dict) or binding.get("prefix_mismatch_behavior") is not None:
         return None
     binding = {**binding, "prefix_mismatch_behavior": "drop_block"}

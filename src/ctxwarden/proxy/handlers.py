@@ -262,7 +262,7 @@ async def _count_tokens(ex: Exchange, record: RequestRecord) -> web.StreamRespon
     session = ex.request.headers.get("x-ctxwarden-session") or None
     tenant = state.tenants.for_headers(ex.request.headers)
     if (wanted or server_mode) != "active" or state.kill_switch.engaged:
-        rescue = await _exact_rescue(ex, record, raw, session, tenant)
+        rescue = await _exact_rescue(ex, record, raw, session, tenant, drop=False)
         return await relay(ex, raw, record, on_refused=rescue)
     decoded = await decode_request(ex, raw, cap)
     parsed = await _json_object(decoded.data) if decoded.data else None
@@ -311,11 +311,13 @@ async def _adopted(
 
 
 async def _exact_rescue(
-    ex: Exchange, record: RequestRecord, raw: bytes, session: str | None, tenant: str
-) -> Refused | None:
-    """For a Messages request (or token count) sent as the client sent it without the
-    engine (exact mode, the kill switch): :func:`_adopted_on_refusal`. The body is read
-    only when its bytes name a thinking block's ``signature`` or a redacted one."""
+    ex: Exchange, record: RequestRecord, raw: bytes, session: str | None, tenant: str,
+    *, drop: bool = True,
+) -> Refused | None:  # fmt: skip
+    """For a Messages request (or token count: ``drop`` false) sent as the client sent
+    it without the engine (exact mode, the kill switch, shadow): :func:`_adopted_on_refusal`.
+    The body is read only when its bytes name a thinking block's ``signature`` or a
+    redacted one."""
     decoded = await decode_request(ex, raw, ex.state.settings.max_body_bytes)
     data = decoded.data
     if data is None or (b'"signature"' not in data and b'"redacted_thinking"' not in data):
@@ -323,12 +325,14 @@ async def _exact_rescue(
     parsed = await _json_object(data)
     if parsed is None:
         return None
-    return _adopted_on_refusal(ex, record, raw, parsed, session, tenant, decoded.coded, len(data))
+    return _adopted_on_refusal(
+        ex, record, raw, parsed, session, tenant, decoded.coded, len(data), drop=drop
+    )
 
 
 def _adopted_on_refusal(
     ex: Exchange, record: RequestRecord, raw: bytes, parsed: dict[str, Any],
-    session: str | None, tenant: str, coded: bool, size: int,
+    session: str | None, tenant: str, coded: bool, size: int, *, drop: bool = True,
 ) -> Refused | None:  # fmt: skip
     """What to do when the upstream refuses a Messages request sent as the client sent
     it (``raw``; read: ``parsed``, ``size`` bytes; ``coded``: its body came
@@ -337,15 +341,16 @@ def _adopted_on_refusal(
     the session's rewrite when it was condensed before its thinking began, so send it
     with the session's adopted replacements (:func:`_adopted`), nothing new; with none,
     the refusal is the answer (sent again when it could not be read). ``None`` for any
-    other request (its 400 is relayed)."""
+    other request (its 400 is relayed). With no replacement to send, the last rescue is
+    :func:`_dropping_on_refusal` (``drop``: never for a token count)."""
     if not (bound_thinking("anthropic.messages", parsed) and carries_thinking(parsed)):
         return None
-    last = _dropping_on_refusal(ex, record, raw, parsed, coded, size)
+    last = _dropping_on_refusal(ex, record, raw, parsed, coded, size) if drop else None
 
     async def rescue(refusal: web.Response | None) -> web.StreamResponse:
         result = await _adopted(ex.state, parsed, session, tenant)
         if result is None:
-            if last is not None:  # the session's state is lost, or this is no rewrite
+            if last is not None:  # the state is lost (or this is the client's own change)
                 return await last(refusal)
             if refusal is not None:
                 return refusal
@@ -393,7 +398,14 @@ def _dropping_on_refusal(
         record.at_least("warning")
         ex.decoded = ex.server_decoded or coded
         ex.beta = True
-        return await relay(ex, out, record)
+
+        async def refused_too(_: web.Response | None) -> web.StreamResponse:
+            # (a gateway that passes no unknown beta): the client gets its own request's
+            # answer, not one about a setting it never sent
+            record.set(fallback_reason=_DROP_REFUSED)
+            return refusal
+
+        return await relay(ex, out, record, on_refused=refused_too)
 
     return drop
 
@@ -529,7 +541,7 @@ async def _condense_one(
         ex.canary = (tenant, quick.key)  # kept under the id of the answer (rollout.py)
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
         job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant, quick)
-        return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed)
+        return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed, len(body))
     decided = quick if quick.reason == "canary_in" else None
     # a request to a model that binds thinking to its prefix waits for its condense:
     # sent without its session's adopted replacements, the provider would refuse the
@@ -792,7 +804,7 @@ class _ShadowJob:
 
 async def _shadow_first(
     ex: Exchange, record: RequestRecord, job: _ShadowJob, quick: Decision, raw: bytes,
-    coded: bool, owed: list[Any],
+    coded: bool, owed: list[Any], size: int,
 ) -> web.StreamResponse:  # fmt: skip
     """Relay what a shadow request sends (the original bytes; a Responses continuation
     with what its stored response owes before its input) at once, and condense on the
@@ -807,8 +819,10 @@ async def _shadow_first(
     else:  # the engine thread is behind: this request's shadow fields are skipped
         _note_load_limit(record, f"{SHADOW_BACKLOG} shadow condenses pending")
     outgoing = settle(job.parsed, owed) if owed else job.parsed
-    if outgoing is job.parsed:
-        return await relay(ex, raw, record)
+    if outgoing is job.parsed:  # a session condensed while active is rescued as in exact
+        rescue = _adopted_on_refusal(ex, record, raw, job.parsed, job.session, job.tenant,
+                                     coded, size)  # fmt: skip
+        return await relay(ex, raw, record, on_refused=rescue)
     out = orjson.dumps(outgoing)
     record.set(bytes_after=len(out))
     # a body ctxwarden wrote goes out plain: the client's coding is dropped
@@ -877,7 +891,13 @@ _REFUSED_BEFORE = "proxy: refused: the upstream refused a rewrite of this sessio
 _REFUSED_NOW = "refused: the upstream answered 400 to the rewrite; sent as the client sent it"
 _DROPPED_NOW = (
     "refused: the upstream answered 400 to the request as sent, whose thinking is bound to"
-    " a rewrite the session's state no longer holds; sent asking it to drop those blocks"
+    " a different conversation (a rewrite the session's state no longer holds, or the"
+    " client's own change) and no adopted replacement fits; sent asking it to drop those"
+    " blocks"
+)
+_DROP_REFUSED = (
+    "refused: the upstream answered 400 to the request as sent (thinking bound to a"
+    " different conversation) and to it asking to drop those blocks; its first answer relayed"
 )
 _ADOPTED_NOW = (
     "refused: the upstream answered 400 to the request as sent, whose thinking followed"
