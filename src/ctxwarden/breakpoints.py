@@ -15,7 +15,8 @@ whose rewrite starts after it, reads it. At a compaction step one more goes on t
 message the step kept, since Anthropic looks back only about 20 blocks from a
 breakpoint for an earlier entry. A breakpoint is added only when the client set at
 least one itself (it opted into caching and its prices), when the request has room
-(Anthropic takes at most four), and on a block that takes one (not thinking blocks, not
+(Anthropic takes at most four, counted at any depth: inside tool results, search
+results, documents), and on a block that takes one (not thinking blocks, not
 string content); it copies the client's own marker, so its TTL fits theirs.
 """
 
@@ -34,20 +35,30 @@ def _marker(node: Any) -> list[dict[str, Any]]:
     return [own] if isinstance(own, dict) else []
 
 
+_DATA_KEYS = frozenset({"input", "input_schema", "cache_control"})
+"""Keys whose values are data, never blocks that carry markers (tool inputs, schemas)."""
+
+
 def _block_markers(blocks: Any) -> list[dict[str, Any]]:
-    """The markers of a content list in prompt order: a tool result's inner blocks
-    before its own (tool inputs and schemas are data, never markers)."""
+    """The markers of a content list in prompt order, at any depth (a tool result's,
+    search result's, document's or MCP result's inner blocks before its own: Anthropic
+    counts every one; tool inputs and schemas are data, never markers). Walked without
+    recursion: a deeply nested body costs no stack."""
     found: list[dict[str, Any]] = []
-    for block in blocks if isinstance(blocks, list) else ():
-        inner = block.get("content") if isinstance(block, dict) else None
-        if (
-            isinstance(block, dict)
-            and block.get("type") == "tool_result"
-            and isinstance(inner, list)
-        ):
-            for sub in inner:
-                found.extend(_marker(sub))
-        found.extend(_marker(block))
+    stack: list[tuple[Any, bool]] = [(blocks, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, False) for item in reversed(node))
+        elif isinstance(node, dict):
+            if children_done:
+                found.extend(_marker(node))
+                continue
+            stack.append((node, True))
+            inner = [
+                v for k, v in node.items() if k not in _DATA_KEYS and isinstance(v, list | dict)
+            ]
+            stack.extend((value, False) for value in reversed(inner))
     return found
 
 

@@ -207,3 +207,56 @@ async def test_the_proxy_marks_the_last_message_a_step_kept(make_proxy: ProxyFac
                         step_marks += 1
                 previous = plain
     assert step_marks > 0
+
+
+def _nested(where: str, marker: dict[str, Any]) -> dict[str, Any]:
+    """A block holding a client marker below its top level, as the API takes them."""
+    text = {"type": "text", "text": "found", "cache_control": marker}
+    if where == "search_result":
+        return {"type": "search_result", "source": "s", "title": "t", "content": [text]}
+    if where == "document":
+        return {"type": "document", "source": {"type": "content", "content": [text]}}
+    if where == "tool_result_search":
+        inner = {"type": "search_result", "source": "s", "title": "t", "content": [text]}
+        return {"type": "tool_result", "tool_use_id": "t1", "content": [inner]}
+    return {"type": "mcp_tool_result", "tool_use_id": "t1", "content": [text]}
+
+
+@pytest.mark.parametrize("where", ["search_result", "document", "tool_result_search", "mcp"])
+def test_a_marker_below_a_blocks_top_level_counts_too(where: str) -> None:
+    """helper-102's review: a client using four markers, one nested, got a fifth (the
+    API refuses it), and a copied 5-minute marker could precede its nested 1-hour one."""
+    request = _turns()
+    request["system"] = [{"type": "text", "text": f"s{i}", "cache_control": EPHEMERAL}
+                         for i in range(2)]  # fmt: skip
+    request["messages"][0]["content"] = [
+        {"type": "text", "text": "Fix the bug."},
+        _nested(where, EPHEMERAL),
+    ]
+    assert with_step_breakpoint(request) is None  # four already: 2 system, nested, last
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    later = _turns()
+    later["messages"][4]["content"].append(_nested(where, hour))
+    del later["messages"][4]["content"][0]["cache_control"]
+    marked = with_step_breakpoint(later)
+    assert marked is not None  # the copy takes the TTL of the client's next marker
+    assert marked["messages"][2]["content"][-1]["cache_control"] == hour
+
+
+def test_tool_inputs_and_schemas_are_data_not_markers() -> None:
+    request = _turns()
+    data = {"cache_control": EPHEMERAL, "x": [{"cache_control": EPHEMERAL}]}
+    request["messages"][1]["content"][0]["input"] = data
+    request["tools"] = [{"name": "bash", "input_schema": {"cache_control": EPHEMERAL}}]
+    request["system"] = [{"type": "text", "text": f"s{i}", "cache_control": EPHEMERAL}
+                         for i in range(2)]  # fmt: skip
+    assert with_step_breakpoint(request) is not None  # 3 real markers: room for one
+
+
+def test_a_deeply_nested_body_costs_no_stack() -> None:
+    deep: Any = {"type": "text", "text": "x"}
+    for _ in range(5000):
+        deep = {"type": "document", "source": {"type": "content", "content": [deep]}}
+    request = _turns()
+    request["messages"][0]["content"] = [deep]
+    assert with_step_breakpoint(request) is not None
