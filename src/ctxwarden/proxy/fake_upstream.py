@@ -369,7 +369,9 @@ class FakeUpstream:
         as for a turn (:mod:`.fake_thinking`), as Anthropic checks them."""
         item = await self._record(request)
         item.finished = True
-        refused = fake_thinking.thinking_error(_loads(item.body))
+        payload = _loads(item.body)
+        refused = fake_thinking.beta_error(payload, item.headers)
+        refused = refused or fake_thinking.thinking_error(payload)
         if refused is not None:
             return web.Response(
                 body=error_body("anthropic", 400, refused), status=400,
