@@ -48,10 +48,17 @@ async def test_a_session_whose_state_is_lost_goes_on_with_its_stale_thinking_dro
             await _turn(http, proxy, MODEL, messages, k, True, headers) for k in range(12, 15)
         ]
     assert [e["status"] for e in events] == [200, 200, 200]  # _turn asserts it too
-    assert all("drop those blocks" in e["fallback_reason"] for e in events)
+    assert "drop those blocks" in events[0]["fallback_reason"]
     received = proxy.fake.received[sent:]
     dropping = [r for r in received if b'"drop_block"' in r.body]
     assert len(dropping) == len(events)  # the last try of each turn, once
+    if mode == "active":  # the choice is kept with the session: later turns ask so at once
+        assert all("asked so at once" in e["fallback_reason"] for e in events[1:])
+        assert len(received) == len(proxy.fake.received[sent:]) <= 3 + 2  # 1 each later
+        assert received[-2:] == dropping[-2:]
+    else:  # exact mode knows no session key: each turn is refused once first
+        assert all("drop those blocks" in e["fallback_reason"] for e in events)
+        assert len(received) == 2 * len(events)
     for r in dropping:
         assert BETA in r.headers["anthropic-beta"].split(",")
         assert r.json()["thinking"] == {**THINKING, "block_binding": {

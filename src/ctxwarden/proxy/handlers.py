@@ -345,7 +345,9 @@ def _adopted_on_refusal(
     :func:`_dropping_on_refusal` (``drop``: never for a token count)."""
     if not (bound_thinking("anthropic.messages", parsed) and carries_thinking(parsed)):
         return None
-    last = _dropping_on_refusal(ex, record, raw, parsed, coded, size) if drop else None
+    last = None
+    if drop:
+        last = _dropping_on_refusal(ex, record, raw, parsed, coded, size, tenant, session)
 
     async def rescue(refusal: web.Response | None) -> web.StreamResponse:
         result = await _adopted(ex.state, parsed, session, tenant)
@@ -369,15 +371,16 @@ def _adopted_on_refusal(
 
 def _dropping_on_refusal(
     ex: Exchange, record: RequestRecord, raw: bytes, parsed: dict[str, Any], coded: bool,
-    size: int,
+    size: int, tenant: str, session: str | None,
 ) -> Refused | None:  # fmt: skip
     """The last rescue of a Messages request sent as the client sent it (``raw``; read:
     ``parsed``, ``size`` bytes; ``coded``: its body came content-encoded) that carries
     thinking blocks of a model binding them to their prefix: when the upstream refuses
     them as bound to a different conversation, it goes once more asking the API to drop
     the failing blocks (:mod:`.block_binding`); another refusal is the answer (sent
-    again when it could not be read). ``None`` for any other request, or one whose
-    ``thinking`` cannot take the setting."""
+    again when it could not be read). Accepted so, ``session`` (its key, when known)
+    goes so at once for a while (:meth:`ProxyState.remember_drop`). ``None`` for any
+    other request, or one whose ``thinking`` cannot take the setting."""
     if not (bound_thinking("anthropic.messages", parsed) and carries_thinking(parsed)):
         return None
     dropping = dropping_blocks(parsed)
@@ -405,7 +408,10 @@ def _dropping_on_refusal(
             record.set(fallback_reason=_DROP_REFUSED)
             return refusal
 
-        return await relay(ex, out, record, on_refused=refused_too)
+        response = await relay(ex, out, record, on_refused=refused_too)
+        if response.status < 400:
+            ex.state.remember_drop(tenant, session)
+        return response
 
     return drop
 
@@ -587,13 +593,22 @@ async def _condense_one(
     if result is not None:
         _report_fields(record, report)
     session_key = report.get("session")
+    if decision.mode == "active" and bound and state.drops_blocks(tenant, session_key):
+        dropping = dropping_blocks(parsed)
+        if dropping is not None:  # accepted only so lately: asked so at once
+            as_sent.undone()
+            out = await orjson_dump(dropping, len(body))
+            record.set(bytes_after=len(out), fallback_reason=_DROPPING_BEFORE)
+            ex.decoded = ex.server_decoded or decoded.coded
+            ex.beta = True
+            return await relay(ex, out, record)
     if decision.mode == "active" and (report.get("as_sent") or state.refuses(tenant, session_key)):
         # refused lately (here, or on a replica: the session's state says so)
         as_sent.undone()
         record.set(fallback_reason=_REFUSED_BEFORE)
         if not report.get("as_sent"):  # the state lacks the hold (its write failed)
             await _forget(state, tenant, session_key)
-        return await as_sent.relay(on_refused=as_sent.dropping())
+        return await as_sent.relay(on_refused=as_sent.dropping(tenant, session_key))
     # sent without the engine's word (a cache breakpoint added at most): rescued as above
     refused = rescue or as_sent.on_refused(state, tenant, session_key)
     out, outgoing = body, parsed
@@ -629,7 +644,9 @@ async def _condense_one(
             )
     if out is body:
         ex.decoded = ex.server_decoded
-        return await relay(ex, raw, record, on_refused=rescue or as_sent.dropping())
+        return await relay(
+            ex, raw, record, on_refused=rescue or as_sent.dropping(tenant, session_key)
+        )
     return await relay(ex, out, record, on_refused=refused)
 
 
@@ -895,6 +912,10 @@ _DROPPED_NOW = (
     " client's own change) and no adopted replacement fits; sent asking it to drop those"
     " blocks"
 )
+_DROPPING_BEFORE = (
+    "proxy: refused: the session's thinking was accepted lately only asking the upstream"
+    " to drop blocks bound to a different conversation; asked so at once"
+)
 _DROP_REFUSED = (
     "refused: the upstream answered 400 to the request as sent (thinking bound to a"
     " different conversation) and to it asking to drop those blocks; its first answer relayed"
@@ -928,11 +949,12 @@ class _AsSent:
             recall_injected=None, recall_rounds=None, thinking_dropped=None,
         )  # fmt: skip
 
-    def dropping(self) -> Refused | None:
+    def dropping(self, tenant: str, session: Any) -> Refused | None:
         """The last rescue of this request sent as the client sent it (see
-        :func:`_dropping_on_refusal`)."""
+        :func:`_dropping_on_refusal`; ``session``: its key)."""
+        key = session if isinstance(session, str) else None
         return _dropping_on_refusal(
-            self.ex, self.record, self.raw, self.parsed, self.coded, self.size
+            self.ex, self.record, self.raw, self.parsed, self.coded, self.size, tenant, key
         )
 
     async def relay(self, on_refused: Refused | None = None) -> web.StreamResponse:
@@ -954,7 +976,7 @@ class _AsSent:
             self.undone()
             self.record.set(fallback_reason=_REFUSED_NOW)
             self.record.at_least("warning")
-            response = await self.relay(on_refused=self.dropping())
+            response = await self.relay(on_refused=self.dropping(tenant, session))
             if response.status < 400:
                 state.remember_refusal(tenant, session)
                 await _forget(state, tenant, session)

@@ -117,6 +117,26 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+def _lately(entries: dict[tuple[str, str], float], tenant: str, session: Any) -> bool:
+    """Whether ``(tenant, session)`` was put in ``entries`` within
+    :data:`REFUSED_SECONDS` (an older entry is removed)."""
+    if not isinstance(session, str):
+        return False
+    since = entries.get((tenant, session))
+    if since is None:
+        return False
+    if time.monotonic() - since < REFUSED_SECONDS:
+        return True
+    del entries[(tenant, session)]
+    return False
+
+
+def _remember(entries: dict[tuple[str, str], float], tenant: str, session: Any) -> None:
+    """Put ``(tenant, session)`` in ``entries`` now (at most :data:`REFUSED_SESSIONS`)."""
+    if isinstance(session, str):
+        keep_newest(entries, (tenant, session), time.monotonic(), REFUSED_SESSIONS)
+
+
 def keep_newest(entries: dict[K, V], key: K, value: V, limit: int) -> None:
     """Set ``entries[key] = value`` as the newest entry, and drop the oldest ones past
     ``limit`` entries (a dict keeps insertion order)."""
@@ -181,6 +201,13 @@ class ProxyState:
     saw, as Anthropic binds thinking blocks, accepts the session only so from then on).
     At most :data:`REFUSED_SESSIONS`; this process only (another replica learns it from
     one refusal of its own)."""
+    dropping_sessions: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Sessions whose request as sent was refused for thinking bound to a different
+    conversation and then accepted asking the API to drop those blocks
+    (:mod:`~ctxwarden.proxy.block_binding`), by tenant and session key, with the
+    ``time.monotonic()`` of it: for :data:`REFUSED_SECONDS` their requests go so at
+    once (Anthropic: store that choice with the session), not refused first. At most
+    :data:`REFUSED_SESSIONS`; this process only."""
     owed_held: HeldBytes = field(init=False)
     """Bytes held for owed answers (``settings.max_owed_held_bytes``)."""
     owed_unsettled: Counter = field(init=False)
@@ -207,22 +234,20 @@ class ProxyState:
     def refuses(self, tenant: str, session: Any) -> bool:
         """Whether ``session`` is one whose rewrite was refused lately (see
         :attr:`refused_sessions`)."""
-        if not isinstance(session, str):
-            return False
-        since = self.refused_sessions.get((tenant, session))
-        if since is None:
-            return False
-        if time.monotonic() - since < REFUSED_SECONDS:
-            return True
-        del self.refused_sessions[(tenant, session)]
-        return False
+        return _lately(self.refused_sessions, tenant, session)
 
     def remember_refusal(self, tenant: str, session: Any) -> None:
         """``session``'s rewrite was refused and its request as sent accepted."""
-        if isinstance(session, str):
-            keep_newest(
-                self.refused_sessions, (tenant, session), time.monotonic(), REFUSED_SESSIONS
-            )
+        _remember(self.refused_sessions, tenant, session)
+
+    def drops_blocks(self, tenant: str, session: Any) -> bool:
+        """Whether ``session`` goes asking the API to drop thinking blocks bound to a
+        different conversation (see :attr:`dropping_sessions`)."""
+        return _lately(self.dropping_sessions, tenant, session)
+
+    def remember_drop(self, tenant: str, session: Any) -> None:
+        """``session``'s request was accepted only asking the API to drop blocks."""
+        _remember(self.dropping_sessions, tenant, session)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` as a tracked background task (see ``background``)."""
