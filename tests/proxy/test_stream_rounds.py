@@ -185,3 +185,42 @@ async def test_a_split_closing_chunk_carries_usage_and_logprobs_once(
             "type": "function", "function": {"name": "read", "parameters": {}}}])  # fmt: skip
     assert sum(1 for c in chunks if c.get("usage")) == 1
     assert sum(1 for c in chunks for ch in c["choices"] if ch.get("logprobs")) == 1
+
+
+def test_every_chunk_of_a_recall_stream_has_the_first_rounds_identity() -> None:
+    """helper-103's review: only the id was kept; a later round's ``created``,
+    ``system_fingerprint`` and ``service_tier`` reached the client mid-stream (OpenAI:
+    every chunk of a stream has the same)."""
+    from ctxwarden.proxy.sse import SSESplitter, encode_event
+    from ctxwarden.proxy.stream_filters import ChatFilter
+
+    def chunk(n: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return encode_event({
+            "id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 1000 + n,
+            "model": "gpt-4o", "system_fingerprint": f"fp_{n}", "service_tier": "default",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })  # fmt: skip
+
+    call = {"index": 0, "id": "c1", "type": "function",
+            "function": {"name": RECALL_TOOL_NAME, "arguments": "{}"}}  # fmt: skip
+    rounds = [
+        [chunk(1, {"role": "assistant", "content": "Looking. "}),
+         chunk(1, {"tool_calls": [call]}), chunk(1, {}, "tool_calls")],
+        [chunk(2, {"role": "assistant", "content": "Found it."}), chunk(2, {}, "stop")],
+    ]  # fmt: skip
+    flt = ChatFilter()
+    out: list[bytes] = []
+    for n, events in enumerate(rounds):
+        if n:
+            flt.start_round()
+        for raw in events:
+            for event in SSESplitter().feed(raw):
+                out += flt.process(event)
+    out += flt.finish()
+    seen = [orjson.loads(raw.split(b"data: ", 1)[1]) for raw in out if b"data: {" in raw]
+    assert seen and {(c["id"], c["created"], c["system_fingerprint"]) for c in seen} == {
+        ("chatcmpl-1", 1001, "fp_1")
+    }
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in seen) == (
+        "Looking. Found it."
+    )

@@ -87,10 +87,16 @@ class StreamFilter:
         return made
 
 
+_CHUNK_IDENTITY = ("id", "created", "model", "system_fingerprint", "service_tier")
+
+
 class ChatFilter(StreamFilter):
     def __init__(self) -> None:
         super().__init__()
-        self.chunk_id: str | None = None
+        self.identity: dict[str, Any] = {}
+        """The first round's ``id``, ``created``, ``model``, ``system_fingerprint`` and
+        ``service_tier``: every chunk of a stream carries the same (a later round's
+        would show the recall rounds)."""
         self._role_sent = False  # the client gets the assistant role once
         self._reset()
 
@@ -120,7 +126,9 @@ class ChatFilter(StreamFilter):
         if obj.get("error"):
             self.errored = True
         changed = self.round > 0
-        self.chunk_id = self.chunk_id or obj.get("id")
+        for key in _CHUNK_IDENTITY:
+            if key in obj and key not in self.identity:
+                self.identity[key] = obj[key]
         choices = obj.get("choices") or []
         announces = False  # this chunk carries the role the client has not had yet
         for choice in choices:
@@ -182,9 +190,9 @@ class ChatFilter(StreamFilter):
         return kept
 
     def _retag(self, obj: dict[str, Any]) -> bytes:
-        if self.chunk_id and obj.get("id") and obj["id"] != self.chunk_id:
-            obj = {**obj, "id": self.chunk_id}
-        return encode_event(obj)
+        """A chunk with the stream's identity (:attr:`identity`) where it has its own."""
+        differs = {k: v for k, v in self.identity.items() if k in obj and obj[k] != v}
+        return encode_event({**obj, **differs} if differs else obj)
 
     def round_result(self) -> RoundResult:
         calls = [RecallCall(c["id"], c["args"]) for c in self._recall.values()]
