@@ -412,6 +412,9 @@ class Condenser:
         for key, segment, decision in candidates:
             if segment.message_index < held_before:
                 held.add(segment.path)
+            if key in state.damaged:  # its stored text was damaged: sent original
+                failed.add(segment.path)
+                continue
             if gone and not gone.isdisjoint(decision.refs):
                 if segment.path not in held:
                     failed.add(segment.path)

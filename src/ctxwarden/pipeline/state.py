@@ -15,6 +15,8 @@ the next request read their originals back once), as is the segment each points 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -71,6 +73,10 @@ class SessionState:
     included) and no later block is ever taken for one. A replica older than this key
     drops it when it writes the state (the provider then refuses the session's next
     thinking once: the proxy resends it as sent)."""
+    damaged: set[str] = field(default_factory=set)
+    """Keys of decisions whose stored text no longer matches the digest written with
+    it (a damaged row that is still valid JSON): never encoded; the condenser sends
+    those segments original, as for a corrupt artifact."""
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {
@@ -85,6 +91,7 @@ class SessionState:
             },
             "adopted": {k: d.adopted for k, d in self.decisions.items()},
             "witness": {k: list(d.witness) for k, d in self.decisions.items() if d.witness},
+            "digest": {k: decision_digest(d) for k, d in self.decisions.items()},
             "turns": self.turns,
             "steps": self.steps,
             "cum_exact": self.cum_exact,
@@ -110,6 +117,7 @@ class SessionState:
                 return cls()
             adopted = data.pop("adopted", None) or {}
             witness = data.pop("witness", None) or {}
+            digests = data.pop("digest", None) or {}
             unknown = int(data.get("turns", 0)) - 1
             data["decisions"] = {
                 k: _decision(v, int(adopted.get(k, unknown)), witness.get(k))
@@ -117,7 +125,13 @@ class SessionState:
             }
             known = {f.name for f in fields(cls)}  # a newer replica's extra keys are ignored
             state = cls(**{k: v for k, v in data.items() if k in known})
-            return state if _well_typed(state) else cls()
+            if not _well_typed(state):
+                return cls()
+            state.damaged = {  # a state written without digests is taken as it is
+                k for k, d in state.decisions.items()
+                if k in digests and digests[k] != decision_digest(d)
+            }  # fmt: skip
+            return state
         except (
             orjson.JSONDecodeError,
             TypeError,
@@ -127,6 +141,19 @@ class SessionState:
             IndexError,
         ):
             return cls()
+
+
+def decision_digest(decision: Decision) -> str:
+    """A digest of what a decision sends (its text, transform, original and refs),
+    written with it and checked when it is read back (memoized: a session's decisions
+    are digested on every request)."""
+    return _digest(decision.text, decision.transform, decision.original_ref, tuple(decision.refs))
+
+
+@functools.lru_cache(maxsize=2048)
+def _digest(text: str, transform: str, original_ref: str, refs: tuple[str, ...]) -> str:
+    data = orjson.dumps([text, transform, original_ref, list(refs)])
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def _decision(stored: list[Any], adopted: int, witness: list[str] | None) -> Decision:
