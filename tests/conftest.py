@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import settings
 
 from ctxwarden.io import bundled_sessions
 from ctxwarden.memo import DEFAULT_MEMO_BUDGET, set_memo_budget
+from ctxwarden.telemetry.logs import LIBRARY_LOGGERS
 
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off"):
@@ -70,3 +72,18 @@ def memory_engine() -> Iterator[Any]:
     engine = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
     yield engine
     engine.close()
+
+
+@pytest.fixture
+def restored_loggers() -> Iterator[None]:
+    """Undo :func:`~ctxwarden.telemetry.logs.configure_json_logging` on the loggers it
+    touches (a command's handler on a captured stream would outlive the test, and the
+    function is idempotent: a later test would get that handler back)."""
+    names = ("ctxwarden", *LIBRARY_LOGGERS)
+    saved = {n: (logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
+    handlers = {n: list(logging.getLogger(n).handlers) for n in names}
+    yield
+    for name in names:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = handlers[name]
+        logger.level, logger.propagate = saved[name]

@@ -78,8 +78,9 @@ def test_an_empty_tenant_flag_is_an_error(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_serve_names_a_data_dir_it_cannot_use_as_given(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    restored_loggers: None,
+) -> None:  # fmt: skip
     afile = tmp_path / "afile"
     afile.write_text("x")
     monkeypatch.delenv("CTXWARDEN_DATA_DIR", raising=False)

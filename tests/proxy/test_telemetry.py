@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import Iterator
 
 import aiohttp
 import openai
@@ -24,7 +23,6 @@ from ctxwarden.telemetry import (
     ProxyMetrics,
     configure_json_logging,
 )
-from ctxwarden.telemetry.logs import LIBRARY_LOGGERS
 from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
 
 SECRET_TEXT = "do-not-log-this-message-content"
@@ -111,19 +109,6 @@ def test_log_sink_levels_and_formatter_drop_exception_text() -> None:
     first, second = (orjson.loads(x) for x in stream.getvalue().splitlines())
     assert first["level"] == "error" and first["route"] == "chat"
     assert second["exc_type"] == "ValueError" and SECRET_TEXT not in stream.getvalue()
-
-
-@pytest.fixture
-def restored_loggers() -> Iterator[None]:
-    """Undo :func:`configure_json_logging` on the loggers it touches."""
-    names = ("ctxwarden", *LIBRARY_LOGGERS)
-    saved = {n: (logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
-    handlers = {n: list(logging.getLogger(n).handlers) for n in names}
-    yield
-    for name in names:
-        logger = logging.getLogger(name)
-        logger.handlers[:] = handlers[name]
-        logger.level, logger.propagate = saved[name]
 
 
 async def test_library_errors_are_logged_without_the_raw_request(
