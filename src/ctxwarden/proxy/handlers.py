@@ -394,13 +394,8 @@ def _dropping_on_refusal(
         body = refusal.body if isinstance(refusal.body, bytes) else None
         if not is_prefix_mismatch(body):
             return refusal
-        out = await orjson_dump(dropping, size)
-        record.set(
-            bytes_before=size, bytes_after=len(out), fallback_reason=_DROPPED_NOW, fallbacks=1
-        )
+        record.set(bytes_before=size, fallback_reason=_DROPPED_NOW, fallbacks=1)
         record.at_least("warning")
-        ex.decoded = ex.server_decoded or coded
-        ex.beta = True
 
         async def refused_too(_: web.Response | None) -> web.StreamResponse:
             # (a gateway that passes no unknown beta): the client gets its own request's
@@ -408,12 +403,26 @@ def _dropping_on_refusal(
             record.set(fallback_reason=_DROP_REFUSED)
             return refusal
 
-        response = await relay(ex, out, record, on_refused=refused_too)
+        response = await _send_dropping(ex, record, dropping, size, coded, refused_too)
         if response.status < 400:
             ex.state.remember_drop(tenant, session)
         return response
 
     return drop
+
+
+async def _send_dropping(
+    ex: Exchange, record: RequestRecord, dropping: dict[str, Any], size: int, coded: bool,
+    on_refused: Refused | None = None,
+) -> web.StreamResponse:  # fmt: skip
+    """Send ``dropping`` (a request asking the API to drop thinking blocks bound to a
+    different conversation, written plain; ``size``: the request's bytes as read,
+    ``coded``: they came content-encoded) with the beta value the setting needs."""
+    out = await orjson_dump(dropping, size)
+    record.set(bytes_after=len(out))
+    ex.decoded = ex.server_decoded or coded
+    ex.beta = True
+    return await relay(ex, out, record, on_refused=on_refused)
 
 
 async def _json_object(data: bytes) -> dict[str, Any] | None:
@@ -597,11 +606,8 @@ async def _condense_one(
         dropping = dropping_blocks(parsed)
         if dropping is not None:  # accepted only so lately: asked so at once
             as_sent.undone()
-            out = await orjson_dump(dropping, len(body))
-            record.set(bytes_after=len(out), fallback_reason=_DROPPING_BEFORE)
-            ex.decoded = ex.server_decoded or decoded.coded
-            ex.beta = True
-            return await relay(ex, out, record)
+            record.set(fallback_reason=_DROPPING_BEFORE)
+            return await _send_dropping(ex, record, dropping, len(body), decoded.coded)
     if decision.mode == "active" and (report.get("as_sent") or state.refuses(tenant, session_key)):
         # refused lately (here, or on a replica: the session's state says so)
         as_sent.undone()

@@ -521,12 +521,13 @@ async def _stream_loop(
     flt: StreamFilter = FILTERS[api]()
     if isinstance(flt, ResponsesFilter):
         flt.asked = request
-        flt.may_ask_again = state.settings.max_recall_rounds > 0
     out: web.StreamResponse | None = None
     rounds = 0
     owing = flt if isinstance(flt, ResponsesFilter) and owed.stored(request) else None
     debt: list[Any] = []  # what the stored response the client sees lacks (Responses)
     while True:
+        if isinstance(flt, ResponsesFilter):  # a tangled round is asked again within it
+            flt.may_ask_again = rounds < state.settings.max_recall_rounds
         started = time.perf_counter()
         refused = False
         try:
@@ -565,7 +566,6 @@ async def _stream_loop(
             rounds += 1
             record.set(recall_rounds=rounds)
             flt.start_round()
-            flt.may_ask_again = rounds < state.settings.max_recall_rounds
             continue
         if owing is not None and owing.announced_before():
             debt += result.assistant or []  # a later round than the response the client sees
@@ -577,8 +577,6 @@ async def _stream_loop(
         rounds += 1
         record.set(recall_rounds=rounds)
         flt.start_round()
-        if isinstance(flt, ResponsesFilter):
-            flt.may_ask_again = rounds < state.settings.max_recall_rounds
     assert out is not None
     if isinstance(flt, ResponsesFilter):  # nothing announced: the last round's id
         ex.answered(flt.client_response_id())
