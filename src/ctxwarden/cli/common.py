@@ -27,6 +27,7 @@ __all__ = [
     "CliConsole",
     "add_engine_options",
     "check_store_path_conflict",
+    "checked_preset",
     "engine_from_args",
     "given_data_dir",
     "non_negative_float",
@@ -130,11 +131,7 @@ def engine_from_args(
     update: dict[str, Any] = dict(overrides)
     preset = getattr(args, "preset", None)
     if preset is not None:  # "" too: a flag naming no preset is its own error
-        try:
-            resolve_pipeline(preset, {})
-        except ConfigError as exc:
-            raise ConfigError(exc.reason, "--preset") from None
-        update["preset"] = preset
+        update["preset"] = checked_preset(preset)
     if getattr(args, "mode", None):
         update["mode"] = args.mode
     data_dir = given_data_dir(args)
@@ -154,6 +151,16 @@ def engine_from_args(
         with store_errors(config.store, config.data_dir, path):
             _ = engine.store
     return engine
+
+
+def checked_preset(name: str) -> str:
+    """``name`` as given to ``--preset``; one that names no preset is a
+    :class:`ConfigError` naming the flag."""
+    try:
+        resolve_pipeline(name, {})
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, "--preset") from None
+    return name
 
 
 def given_data_dir(args: argparse.Namespace) -> str | None:

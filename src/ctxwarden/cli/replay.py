@@ -26,11 +26,10 @@ from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ctxwarden.cli.common import CliConsole, non_negative_float, non_negative_int
+from ctxwarden.cli.common import CliConsole, checked_preset, non_negative_float, non_negative_int
 from ctxwarden.config import config_error, read_toml
-from ctxwarden.errors import ConfigError, ReplayError
+from ctxwarden.errors import ReplayError
 from ctxwarden.io import bundled_sessions
-from ctxwarden.pipeline.presets import resolve_pipeline
 from ctxwarden.replay.gates import Gates, check_gates, gates_checked, load_gates
 from ctxwarden.replay.inputs import expand_paths
 from ctxwarden.replay.report_html import write_html
@@ -152,12 +151,7 @@ def _configs(args: argparse.Namespace) -> tuple[list[Any], Gates | None]:
                 gates = Gates.model_validate(table)
             except ValidationError as exc:
                 raise config_error(exc, "gates").in_file(path) from exc
-    for name in args.preset:
-        try:
-            resolve_pipeline(name, {})
-        except ConfigError as exc:  # named by the flag, not the spec it becomes
-            raise ConfigError(exc.reason, "--preset") from None
-        configs.append(f"preset:{name}")
+    configs.extend(f"preset:{checked_preset(name)}" for name in args.preset)
     return configs or ["default"], gates
 
 
