@@ -16,11 +16,12 @@ the next request read their originals back once), as is the segment each points 
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
+
+from ctxwarden.model.hashing import item_digest
 
 __all__ = ["Decision", "SessionState"]
 
@@ -152,8 +153,7 @@ def decision_digest(decision: Decision) -> str:
 
 @functools.lru_cache(maxsize=2048)
 def _digest(text: str, transform: str, original_ref: str, refs: tuple[str, ...]) -> str:
-    data = orjson.dumps([text, transform, original_ref, list(refs)])
-    return hashlib.sha256(data).hexdigest()[:16]
+    return item_digest([text, transform, original_ref, list(refs)])
 
 
 def _decision(stored: list[Any], adopted: int, witness: list[str] | None) -> Decision:
