@@ -6,6 +6,7 @@ corpus): a fast way to compare settings. Runs every ``--every``-th session (offs
 
     python benchmarks/tune_sample.py --every 8 --set mask.max_keywords=40 --set recency_tokens=0
 
+``--source PREFIX`` (repeatable) keeps the sessions of those corpus sources only.
 ``--set`` takes a dotted key under ``[pipeline]`` and a JSON value (a bare word is a
 string). Several ``--config`` groups can be compared: separate them with ``--next``.
 Every group is checked before any replay starts: an unknown or invalid key is one line
@@ -128,6 +129,13 @@ def _main() -> int:
     parser.add_argument("--corpus", default=str(CORPUS))
     parser.add_argument("--json", help="write per-session rows here")
     parser.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        help="only session files whose name starts with this corpus source "
+        "(e.g. minisweagent_pr816; repeatable), before --every applies",
+    )
+    parser.add_argument(
         "configs", nargs=argparse.REMAINDER, help="PRESET [--set k=v ...] [--next ...]"
     )
     args = parser.parse_args()
@@ -158,7 +166,14 @@ def _main() -> int:
             print(f"{_prog()}: error: {exc} (config {preset}{given})", file=sys.stderr)
             return 2
         configs.append((preset, sets, overrides))
-    files = [str(f) for f in expand_paths([args.corpus])][args.offset :: args.every]
+    files = [
+        str(f)
+        for f in expand_paths([args.corpus])
+        if not args.source or f.name.split("__")[0] in args.source
+    ][args.offset :: args.every]
+    if not files:
+        print(f"{_prog()}: error: no session file in {args.corpus} matches", file=sys.stderr)
+        return 2
     chunks = [files[i :: args.jobs * 4] for i in range(args.jobs * 4)]
     dump: dict[str, Any] = {}
     for preset, sets, overrides in configs:
