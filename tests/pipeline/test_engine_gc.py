@@ -24,7 +24,7 @@ def _wire(i: int) -> dict[str, Any]:
     for k in range(4):
         messages += [
             call(f"c{i}_{k}", f"cat f{i}_{k}"),
-            result(f"c{i}_{k}", lines_of(f"s{i}{k}", 80)),
+            result(f"c{i}_{k}", lines_of(f"s{i}{k}", 40)),  # under the cap alone
         ]
     return request(*messages)
 

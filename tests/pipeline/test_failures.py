@@ -304,3 +304,26 @@ def test_a_store_that_fails_to_answer_leaves_old_decisions_frozen() -> None:
             assert changed and min(changed) >= len(previous) - 4  # the last step's, no older
         previous = sent
     engine.close()
+
+
+def test_an_original_larger_than_the_stores_cap_is_never_referenced() -> None:
+    """gc drops an artifact larger than the byte cap first: its segment stays whole
+    (counted), while the smaller ones are condensed as usual."""
+    big = lines_of("big", 400)
+    small = lines_of("small", 60)
+    cap = len(big.encode()) - 1
+    assert len(small.encode()) < cap
+    store = MemoryStore(max_bytes=cap)
+    engine = make_engine("balanced", FORCE, store=store)
+    wire = request(
+        call("c1", "cat big"), result("c1", big), call("c2", "ls"), result("c2", small),
+        call("c3", "git status"), result("c3", "clean"),
+    )  # fmt: skip
+    res = engine.condense(wire, api="openai.chat")
+    sent = {m.get("tool_call_id"): m["content"] for m in res.request["messages"]}
+    assert sent["c1"] == big  # whole
+    assert sent["c2"] != small  # condensed
+    assert res.report["segment_failures"] >= 1
+    store.gc()
+    for ref in refs_in(dumps(res.request).decode()):
+        assert engine.recall(ref)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from ctxwarden.errors import StoreError
 from ctxwarden.model.classify import signed_reasoning_end
 from ctxwarden.proxy.fake_thinking import sign, thinking_error
 from ctxwarden.store import MemoryStore
+from ctxwarden.store.base import REF_PATTERN
 from ctxwarden.tokens.registry import load_registry
 from tests.passes.convo import FORCE, lines_of, make_engine
 
@@ -371,3 +373,61 @@ def test_blocks_left_out_stay_out_when_the_client_re_prompts_or_rewinds(edit: st
     history[-1] = {"role": "user", "content": "Actually, do something else."}
     for k in range(100, 106):
         _play(engine, history, k, k % 4 == 3)
+
+
+def _split_request(turns: list[bool]) -> dict[str, Any]:
+    """As :func:`_request`, each tool result's output held in three text blocks."""
+    request = _request(BINDING, turns)
+    for message in request["messages"][2::2]:
+        result = message["content"][0]
+        result["content"] = [
+            {"type": "text", "text": lines_of(f"{result['tool_use_id']}p{j}", 60)} for j in range(3)
+        ]
+    return request
+
+
+class _Unwritable(MemoryStore):
+    """A memory store that refuses new artifacts while ``full``."""
+
+    full = False
+
+    def put(self, tenant: str, text: str) -> str:
+        if self.full:
+            raise StoreError("full")
+        return super().put(tenant, text)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_lost_originals_of_held_replacements_are_written_again(split: bool) -> None:
+    # a result held in several blocks: its placeholder and stubs name the whole output,
+    # which no single block's text hashes to; it is rebuilt from the blocks
+    make = _split_request if split else (lambda turns: _request(BINDING, turns))
+    store = _Unwritable()
+    engine = make_engine("aggressive", FORCE, store=store)
+    plain = [False] * 6
+    first = engine.condense(make(plain), api="anthropic.messages", session="s")
+    assert first.report["references"]
+    engine.condense(make([*plain, True]), api="anthropic.messages", session="s")
+    store.lose_artifacts()
+    third = engine.condense(make([*plain, True, True]), api="anthropic.messages", session="s")
+    sent = set(REF_PATTERN.findall(orjson.dumps(third.request).decode()))
+    assert sent >= set(first.report["references"])
+    for ref in sent:
+        assert engine.recall(ref)
+    assert third.report["segment_failures"] == 0
+
+
+def test_held_replacements_whose_originals_cannot_be_written_again_are_counted() -> None:
+    store = _Unwritable()
+    engine = make_engine("aggressive", FORCE, store=store)
+    plain = [False] * 6
+    engine.condense(_split_request(plain), api="anthropic.messages", session="s")
+    second = engine.condense(_split_request([*plain, True]), api="anthropic.messages", session="s")
+    store.lose_artifacts()
+    store.full = True
+    third = engine.condense(
+        _split_request([*plain, True, True]), api="anthropic.messages", session="s"
+    )
+    kept = len(second.request["messages"])
+    assert third.request["messages"][:kept] == second.request["messages"]  # held: as adopted
+    assert third.report["segment_failures"] > 0

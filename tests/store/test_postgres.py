@@ -115,3 +115,30 @@ def test_a_dropped_connection_is_opened_again(pg_harness: PostgresHarness) -> No
         store.close()
     with pytest.raises(StoreError, match="postgres store failed to look up an artifact"):
         store.has("t", ref)  # a closed store does not reconnect
+
+
+def test_a_wait_on_a_row_lock_fails_alone_without_opening_the_breaker(
+    pg_harness: PostgresHarness,
+) -> None:
+    """Another connection (a replica's gc) holds a row lock past the store's timeout:
+    the call waiting on it fails, and the next calls of the store still reach the server
+    (a cancelled statement would have opened the breaker for breaker_seconds)."""
+    import psycopg
+
+    store = PostgresStore(pg_harness.url, timeout=1, breaker_seconds=60)
+    try:
+        store.put_state("t", "s", b"state")
+        text = "some tool output\n" * 100
+        ref = store.put("t", text)
+        holder = psycopg.connect(pg_harness.url)
+        try:
+            holder.execute("DELETE FROM ctxwarden_artifacts WHERE tenant = 't'")
+            with pytest.raises(StoreError, match="lock timeout"):
+                store.put("t", text)
+        finally:
+            holder.rollback()
+            holder.close()
+        assert store.get_state("t", "s") == b"state"
+        assert store.get("t", ref) == text
+    finally:
+        store.close()

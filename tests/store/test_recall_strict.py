@@ -43,3 +43,14 @@ def test_no_cut_is_reported_when_nothing_was_left_out(lines: str | None) -> None
     found = recall(store, ref, lines, tenant="t")
     assert found.cut_at is None and found.wanted is None
     assert found.lines == 3
+
+
+def test_a_line_number_of_thousands_of_digits_is_no_traceback() -> None:
+    store = MemoryStore()
+    ref = store.put("t", "a\nb\nc")
+    huge = "9" * 5000
+    whole = recall(store, ref, f"2-{huge}", tenant="t")
+    assert whole.text == "b\nc"
+    assert parse_line_range(f"0000{'0' * 40}7") == (7, 7)
+    with pytest.raises(RequestError, match="past the end"):
+        recall(store, ref, f"{huge}-{huge}", tenant="t")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxwarden.model.parts import Path
@@ -27,7 +28,7 @@ _STUB = "[ctxwarden: part {number}/{count}, see above]"
 _STUB_RE = re.compile(re.escape(_STUB).replace(r"\{number\}", r"\d+").replace(r"\{count\}", r"\d+"))
 """A stub's first line (:func:`part_stub`), whatever its numbers."""
 
-__all__ = ["ResultGroup", "is_part_stub", "part_stub", "result_groups"]
+__all__ = ["ResultGroup", "is_part_stub", "part_stub", "result_groups", "whole_output"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ def result_groups(candidates: list[Segment], segments: list[Segment]) -> dict[Pa
         if len(of_result) > 1 and all(b.path in open_paths for b in of_result):
             merged = replace(
                 of_result[0],
-                text="\n".join(b.text for b in of_result),
+                text=_joined(of_result),
                 tokens=sum(b.tokens for b in of_result),
             )
             out[of_result[0].path] = ResultGroup(merged, tuple(of_result))
@@ -69,6 +70,29 @@ def result_groups(candidates: list[Segment], segments: list[Segment]) -> dict[Pa
 
 def _has_text(segment: Segment) -> bool:
     return not segment.text.isspace() and bool(segment.text)
+
+
+def _joined(blocks: Sequence[Segment]) -> str:
+    """The output the text blocks of one result make, as its placeholder stores it."""
+    return "\n".join(b.text for b in blocks)
+
+
+def whole_output(block: Segment, segments: Sequence[Segment]) -> str | None:
+    """The whole output ``block`` is one text block of, as :func:`result_groups` joins
+    it (the text its placeholder's reference stands for), or ``None`` when its result
+    holds no other text block. Linear in ``segments``: for rare paths (writing a lost
+    original again), not for every request."""
+    if block.kind != "tool_output" or not block.call_id or not _has_text(block):
+        return None
+    blocks = [
+        s
+        for s in segments
+        if s.kind == "tool_output"
+        and s.message_index == block.message_index
+        and s.call_id == block.call_id
+        and _has_text(s)
+    ]
+    return _joined(blocks) if len(blocks) > 1 else None
 
 
 def is_part_stub(text: str) -> bool:

@@ -19,7 +19,6 @@ Cache-aware and deterministic:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import zlib
@@ -45,7 +44,7 @@ from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.mask import MaskPass
 from ctxwarden.passes.normalize import NormalizePass
-from ctxwarden.passes.result_groups import is_part_stub
+from ctxwarden.passes.result_groups import is_part_stub, whole_output
 from ctxwarden.pipeline.costs import common_prefix, prefix_sums, price_styles, request_cost
 from ctxwarden.pipeline.presets import (
     PipelineConfig,
@@ -65,7 +64,7 @@ from ctxwarden.signals import (
     error_lines,
     shown_error_line,
 )
-from ctxwarden.store.base import Store
+from ctxwarden.store.base import Store, over_cap
 from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import CachePricing
@@ -187,8 +186,10 @@ class Condenser:
         exact_tokens = element_tokens
         report: dict[str, Any] = {"rollbacks": 0, "segment_failures": 0, "artifacts_stored": 0}
 
-        frozen, failed, kept = self._frozen(state, view, exact_hashes, tenant, held_before)
-        report["segment_failures"] += len(failed)
+        frozen, failed, kept, dangling = self._frozen(
+            state, view, exact_hashes, tenant, held_before
+        )
+        report["segment_failures"] += len(failed) + len(dangling)
         frozen_changes = changes(frozen)
         frozen_saved = sum(saved for _, saved in frozen_changes.values())
         frozen_total = sum(exact_tokens) - frozen_saved
@@ -359,10 +360,12 @@ class Condenser:
         exact_hashes: list[str],
         tenant: str,
         held_before: int = 0,
-    ) -> tuple[dict[Path, Replacement], set[Path], dict[Path, tuple[str, Decision]]]:
+    ) -> tuple[dict[Path, Replacement], set[Path], dict[Path, tuple[str, Decision]], set[Path]]:
         """Adopted replacements still valid for this request, the segments whose
-        artifact went missing or corrupt (they stay as they were), and each frozen
-        segment's key and decision.
+        artifact went missing or corrupt (they stay as they were), each frozen
+        segment's key and decision, and the held segments (below) whose lost originals
+        could not be written again (they stay condensed, naming a reference that does
+        not resolve: counted as segment failures).
 
         A replacement in a message before ``held_before`` (what a thinking block bound
         to its prefix was produced after: ``run``'s ``new_edits_from``) stays while the
@@ -379,9 +382,10 @@ class Condenser:
         request; a damaged original of the segment itself is written again from it (the
         segment stays whole this request, counted as a failure)."""
         failed: set[Path] = set()
+        dangling: set[Path] = set()
         kept: dict[Path, tuple[str, Decision]] = {}
         if not state.decisions:
-            return {}, failed, kept
+            return {}, failed, kept, dangling
         common = common_prefix(state.exact_hashes, exact_hashes)
         by_key = view.by_pointer
         candidates: list[tuple[str, Segment, Decision]] = []
@@ -419,15 +423,18 @@ class Condenser:
                 if segment.path not in held:
                     failed.add(segment.path)
                     continue
-                self._heal(tenant, segment, decision)
+                if not self._heal(tenant, segment, decision, view.segments):
+                    dangling.add(segment.path)
             fresh = decision.adopted >= state.turns - 1
             if (fresh and not all(self._intact(tenant, ref) for ref in decision.refs)) or (
                 key == drawn and any(self._damaged(tenant, ref) for ref in decision.refs)
             ):
-                self._heal(tenant, segment, decision)
+                healed = self._heal(tenant, segment, decision, view.segments)
                 if segment.path not in held:
                     failed.add(segment.path)
                     continue
+                if not healed:
+                    dangling.add(segment.path)
             frozen[segment.path] = self._replacement(decision)
             kept[segment.path] = (key, decision)
         if edited:
@@ -437,7 +444,7 @@ class Condenser:
         for path in _orphaned_stubs(frozen, kept, by_key):
             if path not in held:
                 del frozen[path], kept[path]  # the block is sent as it is again
-        return frozen, failed, kept
+        return frozen, failed, kept, dangling
 
     def _replacement(self, decision: Decision) -> Replacement:
         """The replacement ``decision`` re-applies (memoized: a session's frozen
@@ -484,15 +491,33 @@ class Condenser:
         except Exception:  # unavailable: local to the segments, never the request
             return frozenset(refs)
 
-    def _heal(self, tenant: str, segment: Segment, decision: Decision) -> None:
-        """Write a damaged or missing original of ``segment`` again from its text, which reads as
-        it (the segment stays whole this request; recall works again, and a later step
-        may condense it anew). Best effort: a store that fails stays as it is."""
-        if decision.original_ref in decision.refs and not self._intact(
-            tenant, decision.original_ref
-        ):
-            with contextlib.suppress(Exception):
-                self.store.put(tenant, segment.text)
+    def _heal(
+        self, tenant: str, segment: Segment, decision: Decision, segments: list[Segment]
+    ) -> bool:
+        """Write each damaged or missing original that ``decision`` names again from
+        ``segment``'s text, which reads as it, or from the whole output the segment is
+        one block of (the text a placeholder of a result held in several blocks, and its
+        stubs, name): recall works again, and a segment sent whole this request may be
+        condensed anew later. Best effort: a store that fails stays as it is. True when
+        every reference the decision names resolves afterwards; a reference to a text
+        this request does not hold (another segment's) cannot be written here."""
+        texts = {ref_for(segment.text): segment.text}
+        whole = whole_output(segment, segments)
+        if whole is not None:
+            texts.setdefault(ref_for(whole), whole)
+        healed = True
+        for ref in decision.refs:
+            if self._intact(tenant, ref):
+                continue
+            text = texts.get(ref)
+            if text is None:  # another segment's text: not ours to write
+                healed = False
+                continue
+            try:
+                self.store.put(tenant, text)
+            except Exception:  # unavailable: stays as it is
+                healed = False
+        return healed
 
     def _damaged(self, tenant: str, ref: str) -> bool:
         """True when ``ref`` reads back damaged; a store that fails to answer is no
@@ -698,6 +723,8 @@ class Condenser:
             for ref, original in rep.originals:
                 if ref in stored_now:
                     continue
+                if over_cap(self.store, original):
+                    raise ValueError("larger than the store's byte cap")
                 stored = self.store.put(tenant, original)
                 if stored != ref or self.store.get(tenant, ref) != original:
                     raise ValueError("artifact does not read back")

@@ -8,7 +8,10 @@ Contract:
 - Tenant scoped. Every artifact and session state belongs to a tenant key; a tenant
   can neither read nor detect another tenant's artifacts (:class:`ArtifactMissing`).
 - Bounded. Artifacts expire ``ttl`` after last use; ``gc`` drops expired ones and the
-  least recently used past the byte cap.
+  least recently used past the byte cap. A backend with a cap of its own says so in an
+  integer ``max_bytes`` attribute (not part of the protocol: Redis leaves the cap to
+  the server); the engine never asks it to keep an artifact of more UTF-8 bytes, which
+  ``gc`` would drop as soon as it runs (:func:`over_cap`).
 - Live references stay. ``missing`` answers for many references in one round trip
   and counts the ones that resolve as used: their last use is refreshed once it is
   older than :func:`touch_interval` (at most 10 minutes, a quarter of the TTL), so a
@@ -44,6 +47,7 @@ __all__ = [
     "intact",
     "make_ref",
     "one_line",
+    "over_cap",
     "state_bytes",
     "storage_name",
     "text_body",
@@ -138,6 +142,16 @@ def state_bytes(value: object) -> bytes | None:
         except UnicodeEncodeError:
             return value.encode("utf-8", "surrogatepass")
     return None
+
+
+def over_cap(store: object, text: str) -> bool:
+    """Whether ``text`` is larger than ``store``'s own byte cap (its ``max_bytes``, if
+    it has one): ``gc`` drops such an artifact first, so a reference to it would soon
+    resolve to nothing."""
+    cap = getattr(store, "max_bytes", None)
+    if not isinstance(cap, int) or isinstance(cap, bool) or len(text) * 4 <= cap:
+        return False  # a character is at most 4 UTF-8 bytes: no need to encode
+    return len(text.encode("utf-8", "surrogatepass")) > cap
 
 
 @runtime_checkable

@@ -27,6 +27,10 @@ stalled backend cannot cancel its own statement, the store also gives up on the
 connection itself one second after the statement timeout (the next call opens a new
 one). ``gc`` runs on a connection of its own, under :data:`GC_STATEMENT_TIMEOUT` instead
 of the store's own default. A statement timeout of 0 (set by the user) turns both off.
+Unless configured, ``lock_timeout`` is four fifths of the statement timeout: a call
+waiting on a row another connection holds (a replica's gc) fails alone as a lock
+timeout, which does not open the breaker, instead of as a cancelled statement, which
+does.
 """
 
 from __future__ import annotations
@@ -292,15 +296,23 @@ class PostgresStore:
         watchdog.fired = False
         watchdog.arm(db, bound)
         try:
-            row = db.execute(
-                "SELECT setting, source FROM pg_settings WHERE name = 'statement_timeout'"
-            ).fetchone()
-            if row is None or row[1] == "default":  # not configured anywhere
-                millis = max(1, round(self.timeout * 1000))
+            rows = db.execute(
+                "SELECT name, setting, source FROM pg_settings"
+                " WHERE name IN ('statement_timeout', 'lock_timeout')"
+            ).fetchall()
+            found = {name: (setting, source) for name, setting, source in rows}
+            setting, source = found.get("statement_timeout", ("0", "default"))
+            own = source == "default"  # not configured anywhere
+            millis = max(1, round(self.timeout * 1000)) if own else int(setting)
+            if own:
                 db.execute("SELECT set_config('statement_timeout', %s, false)", (str(millis),))
-                return db, millis / 1000, True
-            millis = int(row[0])
-            return db, (millis / 1000 if millis > 0 else None), False
+            if millis > 0 and found.get("lock_timeout", ("0", "default"))[1] == "default":
+                # a wait for a row lock (a replica's gc holds many in one transaction)
+                # ends as a lock timeout, a live server's refusal, before the statement
+                # timeout would end it as a sign of a server not serving
+                lock = max(1, millis * 4 // 5)
+                db.execute("SELECT set_config('lock_timeout', %s, false)", (str(lock),))
+            return db, (millis / 1000 if millis > 0 else None), own
         except BaseException as exc:
             db.close()
             if isinstance(exc, psycopg.Error) and watchdog.fired:

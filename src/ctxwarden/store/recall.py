@@ -27,6 +27,16 @@ _RANGE = re.compile(r"([0-9]+)(?:\s*-\s*([0-9]+))?")
 other scripts' digits)."""
 
 
+_HUGE = 10**18
+"""A line number of more digits than this reads as this one: past every text's
+end (``int`` of thousands of digits is refused, and slow long before)."""
+
+
+def _line_number(digits: str) -> int:
+    significant = digits.lstrip("0")
+    return _HUGE if len(significant) > len(str(_HUGE)) else int(significant or "0")
+
+
 def _asked_range(spec: str | None) -> tuple[int, int] | None:
     """The range as asked, before the line cap; raises :class:`RequestError`."""
     if spec is None or not str(spec).strip():
@@ -35,8 +45,8 @@ def _asked_range(spec: str | None) -> tuple[int, int] | None:
     found = _RANGE.fullmatch(text)
     if found is None:
         raise RequestError(f"line range {text!r} is not A-B")
-    start = int(found.group(1))
-    end = start if found.group(2) is None else int(found.group(2))
+    start = _line_number(found.group(1))
+    end = start if found.group(2) is None else _line_number(found.group(2))
     if start < 1 or end < start:
         raise RequestError(f"line range {text!r} is empty or starts before line 1")
     return start, end
