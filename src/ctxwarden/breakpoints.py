@@ -123,7 +123,9 @@ def _with_marker_on(request: dict[str, Any], index: int) -> dict[str, Any] | Non
     if not isinstance(content, list) or not content:
         return None
     block = content[-1]
-    if not isinstance(block, dict) or block.get("type") not in _CACHEABLE:
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        return None  # a malformed block: the upstream judges it
+    if block["type"] not in _CACHEABLE:
         return None
     if "cache_control" in block:
         return None  # the client marked it already

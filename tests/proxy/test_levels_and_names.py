@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -250,3 +251,32 @@ def test_a_name_that_does_not_resolve_is_the_hosts_fault() -> None:
 )
 def test_an_upstream_is_named_by_host_and_port_only(url: str, name: str) -> None:
     assert upstream_name(url) == name
+
+
+async def test_a_connect_timeout_names_the_connect_limit(make_proxy: ProxyFactory) -> None:
+    # a listening socket whose backlog is full completes no new handshake: connect stalls
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(8):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        upstream = f"http://127.0.0.1:{port}"
+        async with (
+            make_proxy(openai_upstream=upstream, connect_timeout=0.3, read_timeout=600.0) as proxy,
+            aiohttp.ClientSession() as session,
+            session.post(proxy.openai_url + "/chat/completions", json=CHAT, headers=AUTH) as r,
+        ):
+            assert r.status == 504
+            message = (await r.json())["error"]["message"]
+        assert message == f"upstream 127.0.0.1:{port}: no connection within 0.3s"
+    finally:
+        for filler in fillers:
+            filler.close()
+        server.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import logging
 
@@ -14,6 +15,7 @@ import pytest
 import ctxwarden.proxy
 import ctxwarden.telemetry
 from ctxwarden import Engine, EngineConfig
+from ctxwarden.proxy.tenant import TenantKeys
 from ctxwarden.store import MemoryStore
 from ctxwarden.telemetry import (
     EVENT_FIELDS,
@@ -58,6 +60,12 @@ async def test_one_json_log_line_without_contents_or_secrets(proxy: Proxy) -> No
     text = lines[0]
     assert SECRET_TEXT not in text and KEY_A not in text and "my-session-name" not in text
     assert set(proxy.recorder.events[-1]) <= EVENT_FIELDS
+    # the session's label is keyed: nobody without the proxy's secret can test a guess
+    assert line["session"] == proxy.state.tenants.session_label("my-session-name")
+    unkeyed = "h-" + hashlib.blake2b(b"my-session-name", digest_size=8).hexdigest()
+    assert line["session"] != unkeyed
+    other = TenantKeys(b"another secret of enough bytes")
+    assert other.session_label("my-session-name") != line["session"]
 
 
 async def test_metrics_health_and_ready(proxy: Proxy) -> None:

@@ -86,11 +86,18 @@ def thinking_blocks(wire: Any, messages_key: str, start: int = 0) -> Iterator[di
             continue
         content = message.get("content")
         for block in content if isinstance(content, list) else ():
-            if isinstance(block, dict) and block.get("type") in _THINKING_TYPES:
+            if isinstance(block, dict) and _type_of(block) in _THINKING_TYPES:
                 yield block
 
 
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
+def _type_of(block: dict[str, Any]) -> str | None:
+    """A block's ``type`` when it is a string (a malformed one, e.g. a list, is no
+    type: the upstream judges the request)."""
+    kind = block.get("type")
+    return kind if isinstance(kind, str) else None
 
 
 def thinking_keys(wire: Any, messages_key: str, start: int) -> list[str]:

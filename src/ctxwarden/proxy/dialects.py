@@ -346,7 +346,7 @@ class ResponsesDialect:
                 continue
             if is_recall_call(item):
                 result.calls.append(RecallCall(str(item.get("call_id")), item.get("arguments", "")))
-            elif item.get("type") in _CLIENT_ACTION_ITEMS:
+            elif str(item.get("type")) in _CLIENT_ACTION_ITEMS:
                 result.other_calls += 1
         result.tangled = bool(result.calls) and round_view(result.assistant).tangled
         return result

@@ -58,7 +58,7 @@ from aiohttp import web
 
 from ctxwarden.proxy import fake_events, fake_thinking
 from ctxwarden.proxy.fake_checks import shape_error
-from ctxwarden.proxy.listen import start_site
+from ctxwarden.proxy.listen import MAX_HEADER_BYTES, start_site
 from ctxwarden.proxy.shapes import Family, error_body
 
 __all__ = ["FakeUpstream", "Received", "Reply", "Responder", "ToolCall"]
@@ -181,9 +181,14 @@ class FakeUpstream:
         # again and logs it as an "Unhandled exception"; that connection is closed after
         # the answer instead
         self._runner = web.AppRunner(
-            self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0,
+            self.app(),
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=2.0,
             lingering_time=0,
-        )  # fmt: skip
+            max_line_size=MAX_HEADER_BYTES,
+            max_field_size=MAX_HEADER_BYTES,
+        )  # fmt: skip  (header limits as the proxy's: a provider takes large tokens)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         try:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -97,7 +96,14 @@ from ctxwarden.proxy.rollout import (
     Decision,
     header_mode,
 )
-from ctxwarden.proxy.shapes import CONDENSED_ROUTES, Family, error_body, family_for, route_label
+from ctxwarden.proxy.shapes import (
+    CONDENSED_ROUTES,
+    Family,
+    error_body,
+    family_for,
+    is_own_path,
+    route_label,
+)
 from ctxwarden.proxy.sides import (
     bucketed,
     canary_decision,
@@ -107,6 +113,7 @@ from ctxwarden.proxy.sides import (
     unsplit,
 )
 from ctxwarden.proxy.state import REFUSED_SECONDS, STATE, Hold, ProxyState, RequestRecord
+from ctxwarden.proxy.tenant import TenantKeys
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 __all__ = ["handle_condensed", "handle_forward"]
@@ -207,8 +214,11 @@ def _emit(state: ProxyState, record: RequestRecord, status: int) -> None:
 
 
 async def handle_forward(request: web.Request) -> web.StreamResponse:
-    """Every path that is not condensed: forwarded unchanged and streamed, any size."""
+    """Every path that is not condensed: forwarded unchanged and streamed, any size
+    (but for another spelling of a ``/_ctxwarden`` path: 404, as the path itself)."""
     state = request.app[STATE]
+    if is_own_path(request.path):
+        return web.json_response({"error": f"no ctxwarden endpoint {request.path}"}, status=404)
     family = family_for(request.path, request.headers)
     record = RequestRecord(route_label(request.path), request.method)
     ex = Exchange(state, request, _upstream_url(state, family, request))
@@ -238,9 +248,11 @@ async def _forward_body(ex: Exchange, record: RequestRecord, family: Family) -> 
 
 async def handle_count_tokens(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages/count_tokens``: forwarded as sent, except for a model that
-    binds thinking blocks to their prefix (Anthropic checks them when it counts too):
-    then with the session's adopted replacements (:meth:`Engine.as_adopted`), as its
-    turns are sent. Anything doubtful goes as sent; the upstream's answer is relayed."""
+    binds thinking blocks to their prefix (Anthropic checks them when it counts too) in a
+    session inside the canary: then with the session's adopted replacements
+    (:meth:`Engine.as_adopted`), as its turns are sent. A session outside the canary is
+    counted as its turns go, as sent, without waiting for the engine thread. Anything
+    doubtful goes as sent; the upstream's answer is relayed."""
     state = request.app[STATE]
     record = RequestRecord("count_tokens", request.method)
     ex = Exchange(state, request, _upstream_url(state, "anthropic", request))
@@ -261,13 +273,23 @@ async def _count_tokens(ex: Exchange, record: RequestRecord) -> web.StreamRespon
     server_mode: Mode = state.settings.mode or state.engine.config.mode
     session = ex.request.headers.get("x-ctxwarden-session") or None
     tenant = state.tenants.for_headers(ex.request.headers)
-    if (wanted or server_mode) != "active" or state.kill_switch.engaged:
+    quick = quick_decision(state, wanted, server_mode, session)
+
+    async def as_its_turns_go() -> web.StreamResponse:  # exact, shadow, canary-out
         rescue = await _exact_rescue(ex, record, raw, session, tenant, drop=False)
         return await relay(ex, raw, record, on_refused=rescue)
+
+    if quick.mode != "active":
+        return await as_its_turns_go()
     decoded = await decode_request(ex, raw, cap)
     parsed = await _json_object(decoded.data) if decoded.data else None
     if parsed is None or not bound_thinking("anthropic.messages", parsed):
         return await relay(ex, raw, record)
+    if splits(state, session, wanted, server_mode):  # the session's canary side, as a turn's
+        api = "anthropic.messages"
+        quick = await canary_decision(state, parsed, api, wanted, server_mode, tenant, quick)
+        if quick.mode != "active":  # outside the canary: its turns go as sent, and so does it
+            return await as_its_turns_go()
     result = await _adopted(state, parsed, session, tenant)
     if result is None:
         return await relay(ex, raw, record)
@@ -600,7 +622,7 @@ async def _condense_one(
     # the recall tool, so its tool list (the start of its cached prompt) never changes
     report: dict[str, Any] = result.report if result is not None else {}
     if result is not None:
-        _report_fields(record, report)
+        _report_fields(record, report, state.tenants)
     session_key = report.get("session")
     if decision.mode == "active" and bound and state.drops_blocks(tenant, session_key):
         dropping = dropping_blocks(parsed)
@@ -879,7 +901,7 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
         report = result.report
         if not isinstance(report, dict):
             raise TypeError(f"report is a {type(report).__name__}")
-        _report_fields(record, report)
+        _report_fields(record, report, state.tenants)
     except Exception as exc:  # a broken shadow result costs its event fields, no more
         _log.error("shadow condense failed: %s", type(exc).__name__)
         _note_failure(record, type(exc).__name__)
@@ -1055,7 +1077,7 @@ def _condense_sync(
         return decision or unsplit(state, wanted, server_mode), None, type(exc).__name__
 
 
-def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:
+def _report_fields(record: RequestRecord, report: dict[str, Any], keys: TenantKeys) -> None:
     before = int(report.get("tokens_before") or 0)
     after = int(report.get("tokens_after") or before)
     transforms = report.get("transforms") or {}
@@ -1063,7 +1085,7 @@ def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:
     if reason and ("Store" in str(reason) or "Artifact" in str(reason)):
         record.level = "error"
     record.set(
-        session=_session_hash(report.get("session")), model=report.get("model"),
+        session=keys.session_label(report.get("session")), model=report.get("model"),
         tokens_before=before, tokens_after=after, tokens_saved=before - after,
         saving_percent=round(100 * (before - after) / before, 2) if before else 0.0,
         transforms={k: v for k, v in transforms.items() if isinstance(v, dict)},
@@ -1073,10 +1095,3 @@ def _report_fields(record: RequestRecord, report: dict[str, Any]) -> None:
         compaction_step=bool(report.get("compaction_step")),
         thinking_dropped=report.get("thinking_dropped"),
     )  # fmt: skip
-
-
-def _session_hash(session: Any) -> str | None:
-    """Session keys may come from a client header: log a hash, never the value."""
-    if not session:
-        return None
-    return "h-" + hashlib.blake2b(str(session).encode(), digest_size=8).hexdigest()

@@ -16,7 +16,11 @@ import socket
 
 from aiohttp import web
 
-__all__ = ["ListenError", "start_site"]
+__all__ = ["MAX_HEADER_BYTES", "ListenError", "start_site"]
+
+MAX_HEADER_BYTES = 65536
+"""The longest request line and header field a server of ours reads (aiohttp's default,
+8190, refused large bearer tokens, e.g. JWTs, that providers and gateways take)."""
 
 _HOST_ERRNOS = frozenset({errnos.EADDRNOTAVAIL, errnos.EAFNOSUPPORT})
 """Bind errors that are the host's: an address this machine does not have."""

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
-from ctxwarden.proxy.listen import start_site
+from ctxwarden.proxy.listen import MAX_HEADER_BYTES, start_site
 from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.state import STATE
 from ctxwarden.proxy.upstream import plain_netloc
@@ -38,7 +38,12 @@ class RunningServer:
         # bodies are read as sent: forwarded requests keep their codings byte for byte,
         # and the condensed routes decode what they can read (ctxwarden.proxy.bodies)
         self.runner = web.AppRunner(
-            app, handler_cancellation=True, access_log=None, auto_decompress=False
+            app,
+            handler_cancellation=True,
+            access_log=None,
+            auto_decompress=False,
+            max_line_size=MAX_HEADER_BYTES,
+            max_field_size=MAX_HEADER_BYTES,
         )
         if STATE in app:
             app[STATE].bodies_as_sent = True

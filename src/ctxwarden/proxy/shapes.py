@@ -7,6 +7,8 @@ their usual exception types: OpenAI ``{"error": {"message", "type", "param",
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections.abc import Mapping
 from typing import Literal
 
@@ -17,6 +19,7 @@ __all__ = [
     "Family",
     "error_body",
     "family_for",
+    "is_own_path",
     "route_label",
 ]
 
@@ -55,6 +58,14 @@ def family_for(path: str, headers: Mapping[str, str]) -> Family:
     if path.startswith(("/v1/messages", "/v1/complete")) or "anthropic-version" in headers:
         return "anthropic"
     return "openai"
+
+
+def is_own_path(path: str) -> bool:
+    """Whether ``path`` (decoded) names a ``/_ctxwarden`` path once its slashes are
+    collapsed and its dot segments resolved, as an upstream or its client would read
+    it: ``//_ctxwarden/x`` and ``/v1/../_ctxwarden/x`` are never forwarded either."""
+    collapsed = posixpath.normpath(re.sub(r"/+", "/", path))
+    return collapsed == "/_ctxwarden" or collapsed.startswith("/_ctxwarden/")
 
 
 def route_label(path: str) -> str:

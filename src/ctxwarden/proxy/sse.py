@@ -57,7 +57,7 @@ def ends_stream(event: SSEEvent) -> bool:
     if not any(kind in event.data for kind in _FINAL_TYPES):
         return False
     obj = event.json()
-    return isinstance(obj, dict) and obj.get("type") in _FINAL_TYPES
+    return isinstance(obj, dict) and str(obj.get("type")) in _FINAL_TYPES
 
 
 def encode_event(data: Any, name: str | None = None) -> bytes:

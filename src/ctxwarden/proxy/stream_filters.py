@@ -303,7 +303,7 @@ class MessagesFilter(StreamFilter):
         result = RoundResult()
         for index in sorted(self._blocks):
             block = dict(self._blocks[index])
-            if block.get("type") in _TOOL_USE_BLOCKS:  # their input came as JSON deltas
+            if str(block.get("type")) in _TOOL_USE_BLOCKS:  # their input came as JSON deltas
                 args = "".join(self._args.get(index, [])) or "{}"
                 try:
                     block["input"] = orjson.loads(args)

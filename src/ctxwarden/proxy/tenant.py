@@ -105,3 +105,14 @@ class TenantKeys:
 
     def for_headers(self, headers: Mapping[str, str]) -> str:
         return self.for_credential(credential_of(headers))
+
+    def session_label(self, session: object) -> str | None:
+        """What logs show of a session key: ``h-`` and 16 hex digits of an HMAC under
+        the secret, the same for the same key on every replica sharing the data
+        directory. A key may come from a client header (an e-mail address) or be a
+        plain digest of the conversation's first texts: an unkeyed hash of it would
+        let anyone reading the logs test a guess at either."""
+        if not session:
+            return None
+        data = b"session\0" + str(session).encode("utf-8", "surrogatepass")
+        return "h-" + hmac.new(self._secret, data, hashlib.sha256).hexdigest()[:16]

@@ -146,6 +146,10 @@ class Upstream:
             response = await self.session.request(
                 method, url, headers=sent, data=body, allow_redirects=False
             )
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise UpstreamTimeout(
+                f"upstream {upstream_name(url)}: no connection within {self.timeout.connect}s"
+            ) from exc
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"upstream {upstream_name(url)} did not answer within {self._limit()}"

@@ -111,7 +111,7 @@ def _leaves(value: Any, tool: bool, out: list[tuple[bool, str]]) -> None:
         for v in value:
             _leaves(v, tool, out)
     elif isinstance(value, dict):
-        if value.get("type") in _MEDIA_TYPES:
+        if str(value.get("type")) in _MEDIA_TYPES:
             out.append((tool, MEDIA_PLACEHOLDER))
             return
         inner_tool = tool or value.get("type") == "tool_result"
