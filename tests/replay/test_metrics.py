@@ -178,6 +178,16 @@ def _edit_first_call(request: dict[str, Any], edit: Any) -> dict[str, Any]:
     return {**request, "messages": msgs}
 
 
+def _with_arguments(message: dict[str, Any], change: Any) -> dict[str, Any]:
+    """``message`` with its first call's JSON arguments replaced by ``change(args)``."""
+    call = message["tool_calls"][0]
+    args = json.dumps(change(json.loads(call["function"]["arguments"])))
+    return {
+        **message,
+        "tool_calls": [{**call, "function": {**call["function"], "arguments": args}}],
+    }
+
+
 @pytest.mark.parametrize(
     "edit",
     [
@@ -195,8 +205,18 @@ def _edit_first_call(request: dict[str, Any], edit: Any) -> dict[str, Any]:
                 }
             ],
         },
+        lambda m: _with_arguments(m, lambda a: {f"x_{k}": v for k, v in a.items()}),
+        lambda m: _with_arguments(m, lambda a: {**a, "sudo": True}),
+        lambda m: _with_arguments(m, lambda a: json.dumps(a)),
     ],
-    ids=["extra-key", "call-type", "arguments-not-json"],
+    ids=[
+        "extra-key",
+        "call-type",
+        "arguments-not-json",
+        "arguments-key-renamed",
+        "arguments-key-added",
+        "arguments-now-a-string",
+    ],
 )
 def test_anything_but_text_changed_in_an_item_is_a_shape_violation(
     session_file: Path, edit: Any

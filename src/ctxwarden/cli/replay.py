@@ -101,6 +101,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--worst", type=non_negative_int, default=8, metavar="N", help="worst sessions shown"
     )
     p.add_argument("--trace-memory", action="store_true", help="tracemalloc peak per condense")
+    p.add_argument(
+        "--no-mention-credit",
+        action="store_true",
+        help="support counts no string that a placeholder only lists in its [mentions: ...]",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--scenarios",
@@ -271,6 +276,7 @@ def _replay(args: argparse.Namespace) -> int:
         worst_views=args.worst,
         trace_memory=args.trace_memory,
         max_sessions=args.max_sessions,
+        mention_credit=not args.no_mention_credit,
     )
     show = not args.quiet and sys.stderr.isatty()
     with Progress(

@@ -106,21 +106,36 @@ def _arguments(node: Any) -> list[str]:
     return []
 
 
-def _is_json(text: str) -> bool:
+_NOT_JSON = object()
+
+
+def _json_or_not(text: str) -> Any:
     try:
-        orjson.loads(text)
+        return orjson.loads(text)
     except orjson.JSONDecodeError:
+        return _NOT_JSON
+
+
+def _arguments_reshaped(before: str, after: str) -> bool:
+    """Whether call arguments that were JSON are no longer JSON, or no longer JSON of
+    the same shape: the same keys, list lengths and non-string values, strings aside
+    (as an Anthropic call's ``input`` is checked)."""
+    if before == after:
         return False
-    return True
+    old = _json_or_not(before)
+    if old is _NOT_JSON:
+        return False
+    new = _json_or_not(after)
+    return new is _NOT_JSON or _shape(old, in_input=True) != _shape(new, in_input=True)
 
 
 def _shape_violations(before: Any, after: Any) -> int:
-    """1 when ``after`` differs from ``before`` beyond its text payload, or turned JSON
-    arguments into something else; else 0."""
+    """1 when ``after`` differs from ``before`` beyond its text payload, or reshaped
+    JSON call arguments (:func:`_arguments_reshaped`); else 0."""
     if _shape(before) != _shape(after):
         return 1
     pairs = zip(_arguments(before), _arguments(after), strict=False)
-    return int(any(a != b and _is_json(a) and not _is_json(b) for a, b in pairs))
+    return int(any(_arguments_reshaped(a, b) for a, b in pairs))
 
 
 def _probe(

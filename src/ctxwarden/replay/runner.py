@@ -69,6 +69,9 @@ class ReplayOptions:
     trace_memory: bool = False
     """Measure the peak allocation of each condense call with tracemalloc (slower)."""
     max_sessions: int | None = None
+    mention_credit: bool = True
+    """Count a string listed in a placeholder's ``[mentions: ...]`` line as seen by
+    support (false: only strings shown in their own context count)."""
 
 
 @dataclass(slots=True)
@@ -306,12 +309,13 @@ def _replay_session(
     shared: dict[int, MessageInfo] = {}
     shared_by_key: dict[bytes, MessageInfo] = {}
     count = counter.count_text
-    original = RequestView(count, shared, shared_by_key)
+    credit = options.mention_credit
+    original = RequestView(count, shared, shared_by_key, mention_credit=credit)
     states = [
         _State(
             s,
             r,
-            RequestView(count, shared, shared_by_key),
+            RequestView(count, shared, shared_by_key, mention_credit=credit),
             SessionMetrics(session.id, session.model, file=file, source=session.source),
         )
         for s, r in zip(subjects, results, strict=True)

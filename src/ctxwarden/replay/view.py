@@ -17,6 +17,7 @@ configuration.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,11 +67,40 @@ def _digest(value: Any) -> bytes:
     return hashlib.blake2b(orjson.dumps(value), digest_size=16).digest()
 
 
+_MARKUP = re.compile(r"\[ctxwarden: [^\n]*?\]|cw:[0-9a-f]{12}")
+"""ctxwarden's own bookkeeping in a condensed text: its bracketed notes (``[ctxwarden:
+condensed output; original cw:... (exit 0, 18 lines, 213 tokens)]``, ``[ctxwarden: 27
+more lines in cw:...]``) and references. Their numbers and hex digits are no content
+of the conversation: a ``18`` or ``95`` there must not count as a line number or value
+the agent's next action could take from what it sees."""
+
+_MENTIONS = re.compile(r"^\[mentions: .*$", re.MULTILINE)
+"""A placeholder's list of the distinctive strings its output held."""
+
+
+def seen_text(text: str, *, mention_credit: bool = True) -> str:
+    """``text`` as support reads it for the strings it shows: without ctxwarden's
+    bookkeeping (:data:`_MARKUP`), and with ``mention_credit`` false also without the
+    placeholders' ``[mentions: ...]`` lines (a string listed there out of its context is
+    then not taken as seen)."""
+    if "ctxwarden: " in text or "cw:" in text:
+        text = _MARKUP.sub(" ", text)
+    if not mention_credit and "[mentions: " in text:
+        text = _MENTIONS.sub(" ", text)
+    return text
+
+
 def describe(
-    item: Any, count: CountText, *, overhead: int = MESSAGE_OVERHEAD, key: bytes | None = None
+    item: Any,
+    count: CountText,
+    *,
+    overhead: int = MESSAGE_OVERHEAD,
+    key: bytes | None = None,
+    mention_credit: bool = True,
 ) -> MessageInfo:
     """Analyse one message item (or a header dict with ``overhead=HEADER_OVERHEAD``);
-    ``key`` is the item's :func:`_digest` when the caller has it."""
+    ``key`` is the item's :func:`_digest` when the caller has it. Distinctive strings
+    are read from :func:`seen_text`."""
     texts = item_texts(item)
     tool: set[str] = set()
     other: set[str] = set()
@@ -82,7 +112,8 @@ def describe(
             tokens += MEDIA_TOKENS
             continue
         tokens += count(text)
-        (tool if is_tool else other).update(distinctive_tokens(text))
+        shown = seen_text(text, mention_credit=mention_credit)
+        (tool if is_tool else other).update(distinctive_tokens(shown))
         found = error_lines(text)
         errors.update(found)
         if is_tool:
@@ -146,8 +177,12 @@ class RequestView:
         count: CountText,
         cache: dict[int, MessageInfo] | None = None,
         by_key: dict[bytes, MessageInfo] | None = None,
+        *,
+        mention_credit: bool = True,
     ) -> None:
+        """Views sharing ``cache`` / ``by_key`` must share ``mention_credit`` too."""
         self._count = count
+        self._mention_credit = mention_credit
         self._cache: dict[int, MessageInfo] = {} if cache is None else cache
         """Per-message infos by ``id``; views of one session may share one cache."""
         self._by_key: dict[bytes, MessageInfo] = {} if by_key is None else by_key
@@ -171,7 +206,9 @@ class RequestView:
         key = _digest(item)
         found = self._by_key.get(key)
         if found is None or found.item != item:  # equal content: the same analysis
-            found = self._by_key[key] = describe(item, self._count, key=key)
+            found = self._by_key[key] = describe(
+                item, self._count, key=key, mention_credit=self._mention_credit
+            )
         if found.item is item:
             self._cache[id(item)] = found
         return found
@@ -182,7 +219,12 @@ class RequestView:
         header_key = _digest(header)
         hinfo = self._headers.get(header_key)
         if hinfo is None:
-            hinfo = describe(_header_item(header), self._count, overhead=HEADER_OVERHEAD)
+            hinfo = describe(
+                _header_item(header),
+                self._count,
+                overhead=HEADER_OVERHEAD,
+                mention_credit=self._mention_credit,
+            )
             self._headers[header_key] = hinfo
         items = items_of(request, api)
         prev = self.prev
