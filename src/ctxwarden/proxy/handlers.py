@@ -115,6 +115,7 @@ from ctxwarden.proxy.sides import (
 from ctxwarden.proxy.state import REFUSED_SECONDS, STATE, Hold, ProxyState, RequestRecord
 from ctxwarden.proxy.tenant import TenantKeys
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from ctxwarden.proxy.websocket import forward_websocket, is_websocket_upgrade
 
 __all__ = ["handle_condensed", "handle_forward"]
 
@@ -221,7 +222,12 @@ async def handle_forward(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": f"no ctxwarden endpoint {request.path}"}, status=404)
     family = family_for(request.path, request.headers)
     record = RequestRecord(route_label(request.path), request.method)
-    ex = Exchange(state, request, _upstream_url(state, family, request))
+    url = _upstream_url(state, family, request)
+    if request.method == "GET" and is_websocket_upgrade(request.headers):
+        return await _run(
+            request, record, family, forward_websocket(request, state.client.session, url)
+        )
+    ex = Exchange(state, request, url)
     return await _run(request, record, family, _forward_body(ex, record, family))
 
 

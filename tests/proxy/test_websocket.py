@@ -1,0 +1,91 @@
+"""WebSocket upgrades (the openai SDK's realtime and Responses WebSocket modes, opened
+at the same base URL as its HTTP calls) are relayed to the upstream frame by frame."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from ctxwarden import Engine, EngineConfig
+from ctxwarden.proxy import ProxySettings, RunningServer, build_app
+from tests.proxy.conftest import SECRET
+
+_SEEN: list[dict[str, Any]] = []
+
+
+async def _socket(request: web.Request) -> web.StreamResponse:
+    if request.headers.get("Authorization") != "Bearer sk-ws":
+        return web.Response(status=401, text="no key")
+    _SEEN.append({"path": request.path_qs, "headers": dict(request.headers)})
+    ws = web.WebSocketResponse(protocols=("realtime",), max_msg_size=0)
+    await ws.prepare(request)
+    async for message in ws:
+        if message.type == aiohttp.WSMsgType.TEXT:
+            if message.data == "bye":
+                await ws.close(code=4001, message=b"asked")
+                break
+            await ws.send_str("echo:" + message.data)
+        elif message.type == aiohttp.WSMsgType.BINARY:
+            await ws.send_bytes(message.data[::-1])
+    return ws
+
+
+@pytest.fixture
+async def proxy_url() -> AsyncIterator[str]:
+    _SEEN.clear()
+    upstream = web.Application()
+    upstream.router.add_get("/v1/realtime", _socket)
+    runner = web.AppRunner(upstream)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    origin = f"http://127.0.0.1:{port}"
+    engine = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
+    app = build_app(engine, ProxySettings(openai_upstream=origin, anthropic_upstream=origin),
+                    tenant_secret=SECRET)  # fmt: skip
+    try:
+        async with RunningServer(app) as server:
+            yield server.url
+    finally:
+        engine.close()
+        await runner.cleanup()
+
+
+async def test_frames_go_both_ways_and_the_close_code_comes_back(proxy_url: str) -> None:
+    headers = {"Authorization": "Bearer sk-ws", "OpenAI-Beta": "realtime=v1"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(
+            f"{proxy_url}/v1/realtime?model=gpt-realtime",
+            headers=headers,
+            protocols=("realtime", "other"),
+            max_msg_size=0,
+        ) as ws,  # fmt: skip
+    ):
+        assert ws.protocol == "realtime"
+        await ws.send_str("hi")
+        assert (await ws.receive()).data == "echo:hi"
+        big = "x" * 5_000_000  # past aiohttp's default 4 MB message limit
+        await ws.send_str(big)
+        assert (await ws.receive()).data == "echo:" + big
+        await ws.send_bytes(b"\x00\x01\x02")
+        assert (await ws.receive()).data == b"\x02\x01\x00"
+        await ws.send_str("bye")
+        closing = await ws.receive()
+        assert closing.type == aiohttp.WSMsgType.CLOSE
+        assert ws.close_code == 4001
+    (seen,) = _SEEN
+    assert seen["path"] == "/v1/realtime?model=gpt-realtime"
+    assert seen["headers"]["OpenAI-Beta"] == "realtime=v1"
+
+
+async def test_a_refused_handshake_answers_with_the_upstreams_status(proxy_url: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(f"{proxy_url}/v1/realtime", headers={"Authorization": "Bearer x"})
+    assert refused.value.status == 401
