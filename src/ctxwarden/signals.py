@@ -507,12 +507,14 @@ def paths_in(text: str) -> frozenset[str]:
 @text_memo()
 def command_of(arguments: str) -> str:
     """The command a tool call ran: ``command`` / ``cmd`` / ``commands`` / ``path``
-    argument, else the arguments text itself (whitespace-normalised)."""
+    argument, else the arguments text itself; only the leading and trailing whitespace
+    is stripped (two commands that differ inside, in a heredoc's indentation or a
+    quoted pattern's spacing, are different commands)."""
     try:
         args = orjson.loads(arguments) if arguments else {}
         return _command_in(args)
     except (orjson.JSONDecodeError, TypeError, RecursionError):  # not JSON, or too deep
-        return " ".join(arguments.split())
+        return arguments.strip()
 
 
 def _command_in(args: Any) -> str:
@@ -527,22 +529,53 @@ def _command_in(args: Any) -> str:
                 rest = {k: v for k, v in args.items() if k != key}
                 extra = orjson.dumps(rest, option=orjson.OPT_SORT_KEYS).decode()
                 tail = " " + extra if rest else ""
-                return " ".join(value.split()) + tail
+                return value.strip() + tail
         return orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
-    return " ".join(str(args).split())
+    return str(args).strip()
 
 
-_EXIT_RES = (
-    re.compile(r"<returncode>(-?\d+)</returncode>"),
-    re.compile(r"\bexit(?:ed with)? (?:code|status)[ :=]*(-?\d+)", re.IGNORECASE),
+_RETURNCODE_RE = re.compile(r"<returncode>(-?\d+)</returncode>")
+_LEADING_RETURNCODE_RE = re.compile(r"\s*<returncode>(-?\d+)</returncode>")
+_STATUS_LINE_RE = re.compile(
+    r"\s*(?:exit(?:[ _]?code|\s+status)|return\s*code)[ \t]*[:=]?[ \t]*(-?\d+)\.?[ \t]*(?:\n|$)",
+    re.IGNORECASE,
 )
+# OpenHands ends a shell output with "[The command completed with exit code N.]" and
+# (as its observation) "[Current working directory: X]", "[Python interpreter: P]",
+# "[Command finished with exit code N]"
+_TRAILER_STATUS_RE = re.compile(
+    r"\[(?:The command completed with exit code (-?\d+)\."
+    r"|Command finished with exit code (-?\d+))\]"
+)
+_TRAILER_LINE_RE = re.compile(r"\[(?:Current working directory|Python interpreter): [^\n]*\]")
+_TRAILER_LINES = 4
+_TRAILER_CHARS = 1000
 
 
 def exit_status(text: str) -> int | None:
-    """The exit status an output reports, if it says so."""
-    head = text[:300]
-    for regex in _EXIT_RES:
-        m = regex.search(head)
+    """The exit status an output states in a structured form, else ``None``: a
+    ``<returncode>N</returncode>`` tag opening its first line or alone on its last
+    line, a first line that is only a status (``Exit code: N``, ``exit status N``),
+    or OpenHands' closing ``[The command completed with exit code N.]`` /
+    ``[Command finished with exit code N]`` among the bracketed lines that end it
+    (a working directory, an interpreter). A status mentioned anywhere else (a grep
+    hit, a log line about a child process) is not the command's."""
+    m = _LEADING_RETURNCODE_RE.match(text) or _STATUS_LINE_RE.match(text)
+    if m:
+        return int(m.group(1))
+    tail = text[-_TRAILER_CHARS:]
+    lines = tail.rstrip().split("\n")
+    if len(tail) < len(text):
+        lines = lines[1:]  # the first may be cut
+    lines = [line.strip() for line in lines[-_TRAILER_LINES:]]
+    if lines:
+        m = _RETURNCODE_RE.fullmatch(lines[-1])
         if m:
             return int(m.group(1))
+    for line in reversed(lines):
+        m = _TRAILER_STATUS_RE.fullmatch(line)
+        if m:
+            return int(m.group(1) or m.group(2))
+        if not _TRAILER_LINE_RE.fullmatch(line):
+            break
     return None

@@ -111,7 +111,7 @@ def _rerun_request() -> dict[str, object]:
         result("c1", old),
         call("c2", "sed -n 1,20p src/a.py"),
         result("c2", lines_of("src", 10)),
-        call("c3", "pytest   -q"),
+        call("c3", "pytest -q\n"),  # the same command: only its ends may differ
         result("c3", new),
     )
 

@@ -1,9 +1,22 @@
 """Supersession: an output made stale by a newer run of the same action.
 
-Two outputs are runs of the same action when their tool and command are the same, or
-(``file_reads``) both are full reads of the same file (``cat F``, ``nl -ba F``,
-``view F``). All but the newest ``keep_newest`` runs become a note naming the newest
-run; error lines that the newest run does not show are kept verbatim.
+Two outputs are runs of the same action when their tool and command are the same (only
+the leading and trailing whitespace may differ), or (``file_reads``) both are full
+reads of the same file (``cat F``, ``nl -ba F``, ``view F``; SWE-agent's ``open F``
+shows a 100-line window, not the file). SWE-agent's ``scroll_down`` and ``scroll_up``
+show the next window each time: no run of them is stale. All but the newest
+``keep_newest`` runs become a note naming the newest run; error lines that the newest
+run does not show are kept verbatim.
+
+Agents keep one shell for a session, so the same command may run in another directory.
+Two runs are only the same action when they surely ran in the same directory: no call
+between them (nor one of the two) changes directory (``cd``, ``pushd``, ``popd`` as
+shell words, anywhere in its command), unless the runs name it themselves (the command
+starts with ``cd /absolute/dir &&`` or ``;`` and changes directory nowhere else, or the
+read's path is absolute). A run whose output ends with the directory it ran in
+(SWE-agent's ``(Current directory: X)``, OpenHands' ``[Current working directory: X]``)
+is a run in X whatever the calls between did, and never the same action as a run
+without that line or in another directory.
 """
 
 from __future__ import annotations
@@ -16,21 +29,38 @@ from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footpr
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import SupersedeConfig
-from ctxwarden.signals import LinesShown, error_lines, shown_error_line
+from ctxwarden.signals import LinesShown, command_of, error_lines, shown_error_line
 
 __all__ = ["SupersedePass", "action_key"]
 
-_FULL_READ = re.compile(r"^(?:cat|nl(?:\s+-\w+)*|view|open|less|more)\s+([\w./-]+)\s*$")
+_FULL_READ = re.compile(r"^(?:cat|nl(?:\s+-\w+)*|view|less|more)\s+([\w./-]+)\s*$")
+_MOVES = re.compile(r"(?:^|[\s;&|(){}`!])(?:cd|pushd|popd)(?=$|[\s;&|()`])")
+"""A change of directory: ``cd``, ``pushd`` or ``popd`` as a shell word (also in a
+quoted or heredoc text: a false alarm only keeps an output)."""
+_ANCHORED = re.compile(r"cd[ \t]+(/[\w./-]*)[ \t]*(?:&&|;)")
+"""A command that first moves to an absolute directory (then runs there, wherever the
+shell was)."""
+_CWD_TRAILER = re.compile(
+    r"\(Current directory: ([^\n]*)\)|\[Current working directory: ([^\n]*)\]"
+)
+_TRAILER_CHARS = 1000
+_TRAILER_LINES = 4
+
+_ALONE = re.compile(r"(?:scroll_down|scroll_up)(?:\s|$)")
+"""SWE-agent's window moves: each run shows the next window of the open file, so a
+newer run does not make an older one stale."""
+_ANYWHERE = "/"
+"""The place of a run that names its own directory."""
 
 
 def action_key(segment: Segment, file_reads: bool) -> str:
-    """What counts as "the same action" for supersession."""
+    """What counts as "the same action" for supersession (in the same directory)."""
     return _action_key(segment.tool_name, segment.command, file_reads)
 
 
 def _action_key(tool_name: str, command: str, file_reads: bool) -> str:
     """:func:`action_key` of a run of ``tool_name`` with ``command``."""
-    command = " ".join(command.split())
+    command = command.strip()
     if file_reads:
         m = _FULL_READ.match(command)
         if m:
@@ -41,6 +71,35 @@ def _action_key(tool_name: str, command: str, file_reads: bool) -> str:
     return f"{tool_name}\x00{command}"
 
 
+def _where(key: str, command: str) -> tuple[bool, bool, bool]:
+    """Whether a run of ``command`` (action ``key``) changes the shell's directory,
+    whether it names the directory it runs in (so that where the shell was does not
+    matter), and whether it shows something new each time (never stale)."""
+    moves = _MOVES.search(command) is not None
+    if key.startswith("read:/"):
+        return moves, True, False
+    command = command.lstrip()
+    if _ALONE.match(command):
+        return moves, False, True
+    m = _ANCHORED.match(command)
+    # from the separator on: "cd /a;cd b" moves again
+    anchored = m is not None and _MOVES.search(command, m.end() - 1) is None
+    return moves, anchored, False
+
+
+def _cwd_trailer(text: str) -> str | None:
+    """The directory an output says it ran in, on one of its last lines."""
+    tail = text[-_TRAILER_CHARS:]
+    lines = tail.rstrip().split("\n")
+    if len(tail) < len(text):
+        lines = lines[1:]  # the first may be cut
+    for line in reversed(lines[-_TRAILER_LINES:]):
+        m = _CWD_TRAILER.fullmatch(line.strip())
+        if m:
+            return m.group(1) if m.group(1) is not None else m.group(2)
+    return None
+
+
 class SupersedePass:
     """Replaces older runs of a repeated action with a note naming the newest run."""
 
@@ -48,23 +107,16 @@ class SupersedePass:
 
     def __init__(self, config: SupersedeConfig) -> None:
         self.config = config
-        self._keys: BoundedMemo[tuple[str, str], str] = BoundedMemo(
+        self._keys: BoundedMemo[tuple[str, str], tuple[str, bool, bool, bool]] = BoundedMemo(
             TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES
         )
-        """Action keys by tool name and command: every request asks again for every
-        output of the history."""
+        """Action keys and directory changes by tool name and command: every request
+        asks again for every call of the history."""
 
     def __call__(
         self, ctx: PassContext, decided: Mapping[Path, Replacement]
     ) -> dict[Path, Replacement]:
-        # a run is one call's output: the blocks of one result (stdout and stderr
-        # parts, an Anthropic tool_result's text blocks) never supersede each other
-        groups: dict[str, dict[tuple[int, str], list[Segment]]] = defaultdict(dict)
-        for segment in ctx.segments:
-            if segment.kind == "tool_output" and segment.command:
-                key = self._action(segment)
-                run = (segment.message_index, segment.call_id)
-                groups[key].setdefault(run, []).append(segment)
+        groups = self._groups(ctx)
         out: dict[Path, Replacement] = {}
         keep = self.config.keep_newest
         for by_run in groups.values():
@@ -101,11 +153,73 @@ class SupersedePass:
                 )
         return out
 
-    def _action(self, segment: Segment) -> str:
-        """:func:`action_key` of ``segment`` under this pass's config, memoized."""
-        by = (segment.tool_name, segment.command)
-        key = self._keys.get(by, None)
-        if key is None:
-            key = _action_key(*by, self.config.file_reads)
-            key = self._keys.put(by, key, footprint(by) + footprint(key))
-        return key
+    def _groups(
+        self, ctx: PassContext
+    ) -> dict[tuple[str, str], dict[tuple[int, str], list[Segment]]]:
+        """The runs of each action in each place, oldest first.
+
+        A run is one call's output: the blocks of one result (stdout and stderr parts,
+        an Anthropic tool_result's text blocks) never supersede each other. Its place is
+        where it surely ran: anywhere, when it names its directory; else the directory
+        its output ends with; else the span between two changes of directory (counted
+        over every call, in message order). A run that changes directory itself, whose
+        call and output have a change between them (parallel calls), or that shows
+        something new each time (a window move), is in no group."""
+        runs: dict[tuple[int, str], tuple[str, str, list[Segment]]] = {}
+        skipped: set[tuple[int, str]] = set()
+        moved: set[str] = set()  # the calls whose change is counted
+        called_at: dict[str, int] = {}  # the span each call was made in
+        span = 0
+        for segment in ctx.segments:
+            if segment.kind == "tool_args":
+                moves = self._action(segment.tool_name, command_of(segment.text))[1]
+                called_at[segment.call_id] = span
+                if moves:
+                    span += 1
+                    moved.add(segment.call_id)
+                continue
+            if segment.kind != "tool_output" or not segment.command:
+                continue
+            run = (segment.message_index, segment.call_id)
+            key, moves, anchored, alone = self._action(segment.tool_name, segment.command)
+            if moves and (not segment.call_id or segment.call_id not in moved):
+                span += 1  # a call with no arguments segment
+                moved.add(segment.call_id)
+            if run in skipped:
+                continue
+            if run not in runs:
+                if anchored:
+                    place = _ANYWHERE
+                elif moves or alone or called_at.get(segment.call_id, span) != span:
+                    skipped.add(run)
+                    continue
+                else:
+                    place = f"#{span}"
+                runs[run] = (key, place, [])
+            runs[run][2].append(segment)
+        by_key: dict[str, list[tuple[tuple[int, str], str, list[Segment]]]] = defaultdict(list)
+        for run, (key, place, segments) in runs.items():
+            by_key[key].append((run, place, segments))
+        groups: dict[tuple[str, str], dict[tuple[int, str], list[Segment]]] = defaultdict(dict)
+        for key, of_key in by_key.items():
+            if len(of_key) <= self.config.keep_newest:
+                continue  # nothing to supersede: no trailer to read
+            for run, place, segments in of_key:
+                if place != _ANYWHERE:
+                    trailers = {t for s in segments if (t := _cwd_trailer(s.text)) is not None}
+                    if len(trailers) == 1:
+                        place = "cwd:" + trailers.pop()
+                groups[key, place][run] = segments
+        return groups
+
+    def _action(self, tool_name: str, command: str) -> tuple[str, bool, bool, bool]:
+        """:func:`action_key` of a run of ``tool_name`` with ``command`` under this
+        pass's config, whether it changes directory, whether it names its directory and
+        whether it shows something new each time (:func:`_where`), memoized."""
+        by = (tool_name, command)
+        found = self._keys.get(by, None)
+        if found is None:
+            key = _action_key(tool_name, command, self.config.file_reads)
+            found = (key, *_where(key, command))
+            found = self._keys.put(by, found, footprint(by) + footprint(found))
+        return found
