@@ -70,9 +70,10 @@ def test_mask_placeholder_keeps_header_errors_head_tail_and_mentions() -> None:
     (ref,) = refs_in(header)
     assert rep.originals == ((ref, seg.text),)
     original = seg.text.split("\n")
-    # head: the bare exit-code line says nothing the header does not, so the head
-    # starts after it (it is still kept, once, as an error line)
-    assert lines[1:4] == original[1:4]
+    # head: the bare exit-code line says nothing the header does not, but it is an
+    # error line that a marker hiding it would list anyway, so it is shown in its place
+    # (once) and the head runs on from it, consecutive
+    assert lines[1:5] == original[0:4]
     assert lines.count("<returncode>1</returncode>") == 1
     assert original[-3:] == [ln for ln in lines if ln in original[-3:]][-3:]  # tail
     for err in error_lines(seg.text):

@@ -4,6 +4,11 @@ ANSI escape sequences, carriage-return progress bars (only the final state of a 
 is kept), runs of identical lines (collapsed with a count), trailing whitespace and
 pretty-printed JSON (minified: the whitespace between tokens goes, every value stays as
 written). Applied only when it saves ``min_saving_tokens``.
+
+The note after the text names the changes an agent copying it verbatim into an edit
+must know of (``[ctxwarden: normalized (JSON minified); exact original: cw:...]``):
+JSON minified, trailing whitespace removed, repeated lines folded. Colour codes and
+progress bars gone are not named: no edit copies them.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import NormalizeConfig
 from ctxwarden.signals import ANSI_RE, LinesShown, error_lines
 
-__all__ = ["NormalizePass", "minified_json", "normalize_text"]
+__all__ = ["NormalizePass", "minified_json", "normalize_text", "normalized_with_changes"]
 
 
 def _collapse_progress(line: str) -> str:
@@ -42,8 +47,21 @@ def minified_json(text: str) -> str:
     return "".join(t for t in _JSON_TOKENS.findall(text) if t[0] not in " \t\n\r")
 
 
+MINIFIED = "JSON minified"
+TRAILING = "trailing whitespace removed"
+FOLDED = "repeated lines folded"
+
+
 def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> str:
     """The normalized form of ``text`` (see module doc); idempotent."""
+    return normalized_with_changes(text, repeat_run, minify_json)[0]
+
+
+def normalized_with_changes(
+    text: str, repeat_run: int = 4, minify_json: bool = True
+) -> tuple[str, tuple[str, ...]]:
+    """:func:`normalize_text` and the changes it made that its note names
+    (:data:`MINIFIED`, :data:`TRAILING`, :data:`FOLDED`, in that order)."""
     stripped = text.strip()
     if minify_json and stripped[:1] in "{[" and "\n" in stripped and len(stripped) <= MINIFY_MAX:
         try:
@@ -51,9 +69,14 @@ def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> 
         except (ValueError, RecursionError):
             pass
         else:
-            return minified_json(stripped)
+            minified = minified_json(stripped)
+            return minified, ((MINIFIED,) if minified != text else ())
     text = ANSI_RE.sub("", text)
-    lines = [_collapse_progress(line).rstrip() for line in text.split("\n")]
+    raw = text.split("\n")
+    lines = [_collapse_progress(line).rstrip() for line in raw]
+    changes: list[str] = []
+    if any(line[-1:].isspace() for line in raw):  # such a line always loses its end
+        changes.append(TRAILING)
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -64,10 +87,12 @@ def normalize_text(text: str, repeat_run: int = 4, minify_json: bool = True) -> 
         if run >= repeat_run and lines[i]:
             out.append(lines[i])
             out.append(f"[ctxwarden: previous line repeated {run - 1} more times]")
+            if FOLDED not in changes:
+                changes.append(FOLDED)
         else:
             out.extend(lines[i : j + 1])
         i = j + 1
-    return "\n".join(out)
+    return "\n".join(out), tuple(changes)
 
 
 def _keeps_error_lines(text: str, normalized: str) -> bool:
@@ -87,15 +112,23 @@ class NormalizePass:
 
     def __init__(self, config: NormalizeConfig) -> None:
         self.config = config
-        self._memo: BoundedMemo[str, str | None] = BoundedMemo(TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES)
+        self._memo: BoundedMemo[str, tuple[str, str] | None] = BoundedMemo(
+            TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES
+        )
 
-    def _normalized(self, text: str) -> str | None:
-        found: str | None = self._memo.get(text, MISSING)  # None is a memoized answer
+    def _normalized(self, text: str) -> tuple[str, str] | None:
+        """The normalized text and its note's label (``normalized (JSON minified)``),
+        or ``None`` when normalization changes nothing or would hide an error line."""
+        found: tuple[str, str] | None = self._memo.get(text, MISSING)  # None: memoized
         if found is not MISSING:
             return found
-        result: str | None = normalize_text(text, self.config.repeat_run, self.config.minify_json)
-        if result == text or (result is not None and not _keeps_error_lines(text, result)):
-            result = None
+        normalized, changes = normalized_with_changes(
+            text, self.config.repeat_run, self.config.minify_json
+        )
+        result: tuple[str, str] | None = None
+        if normalized != text and _keeps_error_lines(text, normalized):
+            label = f"normalized ({', '.join(changes)})" if changes else "normalized"
+            result = (normalized, label)
         return self._memo.put(text, result, footprint(text) + footprint(result))
 
     def __call__(
@@ -105,11 +138,12 @@ class NormalizePass:
         for segment in ctx.open_segments(decided):
             if segment.tokens < self.config.min_tokens:
                 continue
-            normalized = self._normalized(segment.text)
-            if normalized is None:
+            found = self._normalized(segment.text)
+            if found is None:
                 continue
+            normalized, label = found
             ref = ref_for(segment.text)
-            text = f"{normalized}\n[ctxwarden: normalized; exact original: {ref}]"
+            text = f"{normalized}\n[ctxwarden: {label}; exact original: {ref}]"
             saved = segment.tokens - ctx.counter.count_text(text)
             if saved < self.config.min_saving_tokens:
                 continue

@@ -17,10 +17,18 @@ most likely to need, and the reference that recalls the original or any line ran
 An output its tool flags as failed (``is_error``, a non-zero exit) whose lines match no
 error form shows its head and tail however small it is: the header alone would hide
 what went wrong. Mentions are separated by a space alone (they never hold one): a comma would cost a
-token each, a fifth of the list. Head and tail skip lines that say nothing (markup
-such as ``<output>``, a bare exit code, a shell prompt): the header already carries
-the exit status. When neither head nor tail is kept, the elision line is left out:
-the header's line count already says that every line is hidden. An output in colour
+token each, a fifth of the list.
+
+What is shown is what the output holds, in order. The head runs from the output's first
+informative line through its ``head_lines``-th (looking at most four lines further in),
+every line between included; the tail likewise back from the last. Lines that say
+nothing (markup such as ``<output>``, a bare exit code, a shell prompt, a blank line:
+the header already carries the exit status) are skipped only at the outer ends. Every
+line not shown lies in exactly one ``... (lines A-B)`` range, numbered as recall numbers
+lines, and error lines hidden in a range are listed right after its marker; a hidden
+stretch no longer than its marker (a blank line and ``OK`` after the tail) is shown
+instead. When neither head nor tail is kept, no elision line is written: the header's
+line count already says that every line is hidden. An output in colour
 is described without its colour codes (its lines and mentions as a terminal shows
 them; the header counts the original's tokens).
 """
@@ -118,6 +126,12 @@ def _pick(lines: list[str], want: int, *, reverse: bool, scan: int = 4) -> list[
     return sorted(picked)
 
 
+def _span(picked: list[int]) -> tuple[int, int] | None:
+    """The lines ``[start, end)`` from the first to the last of ``picked``, every
+    line between them included (a run shown must be consecutive lines)."""
+    return (picked[0], picked[-1] + 1) if picked else None
+
+
 def build_placeholder(
     segment: Segment,
     ref: str,
@@ -194,28 +208,72 @@ def _body(
     # what went wrong
     failed = segment.is_error or bool(status)
     small = segment.tokens < digest.head_tail_min_tokens and not (failed and not errors)
-    head = [] if small else _pick(lines, min(digest.head_lines, n), reverse=False)
-    first_hidden = head[-1] + 1 if head else 0
-    tail = (
-        []
-        if small
-        else [i for i in _pick(lines, min(digest.tail_lines, n), reverse=True) if i >= first_hidden]
-    )
-    last_hidden = tail[0] - 1 if tail else n - 1
     error_set = set(errors)
+    if small:
+        head = tail = None
+    else:
+        head = _span(_pick(lines, min(digest.head_lines, n), reverse=False))
+        start = head[1] if head else 0
+        picked = _pick(lines, min(digest.tail_lines, n), reverse=True)
+        tail = _span([i for i in picked if i >= start])
+    runs = [run for run in (head, tail) if run is not None]
+    if not runs:  # the header's count says that every line is hidden
+        return "\n".join([header, *map(shown_error_line, errors)]), errors, error_set
 
     def shown(i: int) -> str:  # error lines as shown_error_line shows them; others clipped
         if lines[i] in error_set:
             return shown_error_line(lines[i])
         return _clip(lines[i], digest.max_line_chars)
 
-    body = [header, *(shown(i) for i in head)]
-    if last_hidden >= first_hidden and (head or tail):  # else the header's count says it
-        body.append(f"... (lines {first_hidden + 1}-{last_hidden + 1})")
-    shown_lines = {lines[i] for i in (*head, *tail)}
-    body.extend(shown_error_line(e) for e in errors if e not in shown_lines)
-    body.extend(shown(i) for i in tail)
+    # the output as shown runs and hidden gaps, in order; a gap that takes no more
+    # characters than its marker would (see _short) is shown in full instead
+    run_lines = {lines[i] for begin, end in runs for i in range(begin, end)}
+    parts: list[tuple[int, int, bool]] = []
+    at = 0
+    for begin, end in [*runs, (n, n)]:
+        if begin > at:
+            parts.append((at, begin, _short(lines, at, begin, error_set, run_lines)))
+        if end > begin:
+            parts.append((begin, end, True))
+        at = end
+    shown_lines = run_lines.union(*(lines[begin:end] for begin, end, full in parts if full))
+    pending = {e for e in errors if e not in shown_lines}  # listed under their marker
+    body = [header]
+    for begin, end, full in parts:
+        if full:
+            body.extend(shown(i) for i in range(begin, end))
+            continue
+        body.append(_marker(begin, end))
+        for i in range(begin, end) if pending else ():  # each once, where first hidden
+            if lines[i] in pending:
+                pending.discard(lines[i])
+                body.append(shown_error_line(lines[i]))
     return "\n".join(body), errors, error_set
+
+
+def _marker(begin: int, end: int) -> str:
+    """The elision line of the hidden lines ``[begin, end)`` (numbered from 1, as
+    recall numbers them)."""
+    return f"... (lines {begin + 1}-{end})"
+
+
+def _short(
+    lines: list[str], begin: int, end: int, error_set: Collection[str], run_lines: Collection[str]
+) -> bool:
+    """Whether the lines ``[begin, end)`` take no more characters than the marker that
+    would hide them, not counting the error lines the marker would list anyway (the
+    first of each one that no run shows)."""
+    room = len(_marker(begin, end)) + 1
+    free: set[str] = set()
+    for i in range(begin, end):
+        line = lines[i]
+        if line in error_set and line not in run_lines and line not in free:
+            free.add(line)
+            continue
+        room -= len(line) + 1
+        if room < 0:
+            return False
+    return True
 
 
 _TOKENS = (re.compile(r"\S+"), re.compile(r"[\w./-]+"), re.compile(r"\w+"))
