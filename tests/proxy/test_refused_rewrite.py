@@ -144,3 +144,22 @@ def test_a_refused_session_is_remembered_for_a_while_only(proxy: Proxy) -> None:
     assert state.refuses("t", "s") and not state.refuses("t2", "s")
     state.refused_sessions[("t", "s")] -= REFUSED_SECONDS + 1
     assert not state.refuses("t", "s") and ("t", "s") not in state.refused_sessions
+
+
+async def test_only_the_first_upstream_request_carries_the_idempotency_key(
+    proxy: Proxy,
+) -> None:
+    """The request sent again as the client sent it is another request of the proxy's:
+    the key would make a server that honours it answer with the refusal again."""
+    proxy.fake.script(Reply(status=400, error=REFUSAL), Reply(text="accepted as sent"))
+    body = _body(False)
+    headers = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json",
+               "x-ctxwarden-session": "s-key", "Idempotency-Key": "client-key-1"}  # fmt: skip
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{proxy.openai_url}/chat/completions", data=body, headers=headers) as r,
+    ):
+        assert _text(r.status, await r.read(), False) == "accepted as sent"
+    rewritten, as_sent = proxy.fake.received
+    assert rewritten.headers.get("Idempotency-Key") == "client-key-1"
+    assert "Idempotency-Key" not in as_sent.headers

@@ -114,6 +114,11 @@ class Exchange:
         self.beta = False
         """Whether the body sent sets ``thinking.block_binding``: its ``anthropic-beta``
         value is added to the client's (:mod:`ctxwarden.proxy.block_binding`)."""
+        self.opened = 0
+        """Upstream requests sent so far. Only the first carries the client's
+        ``Idempotency-Key``: a recall round, or the request sent again after a refused
+        rewrite, is another body, and a server that honours the key would answer it with
+        the first one's answer (or refuse a key reused with a different body)."""
 
     def answered(self, response_id: Any) -> None:
         """The client was shown ``response_id``: keep the canary key under it (once; in
@@ -130,9 +135,13 @@ class Exchange:
     def open(self, body: Body, length: int | None = None) -> Any:
         """The upstream request (an async context manager, see ``Upstream.open``)."""
         headers: Mapping[str, str] = self.request.headers
-        if self.beta:
+        if self.beta or (self.opened and "Idempotency-Key" in headers):
             headers = CIMultiDict(headers)
-            with_beta(headers)
+            if self.beta:
+                with_beta(headers)
+            if self.opened:
+                headers.popall("Idempotency-Key", None)
+        self.opened += 1
         return self.state.client.open(
             self.request.method, self.url, headers, body, decoded=self.decoded, length=length
         )
