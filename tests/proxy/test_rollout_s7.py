@@ -356,3 +356,13 @@ def test_the_data_directory_the_proxy_makes_is_its_owners_alone(tmp_path: Path) 
     load_or_create_secret(folder)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE((folder / "proxy.secret").stat().st_mode) == 0o600
+
+
+def test_azure_api_key_clients_get_tenants_of_their_own() -> None:
+    keys = TenantKeys(b"s" * 32)
+    a, b = {"api-key": "azure-a"}, {"api-key": "azure-b"}
+    assert credential_of(a) == "azure-a"
+    assert keys.for_headers(a) != keys.for_headers(b)
+    assert ANONYMOUS_TENANT not in (keys.for_headers(a), keys.for_headers(b))
+    assert keys.for_headers({"api-key": "azure-a"}) == keys.for_headers({"x-api-key": "azure-a"})
+    assert credential_of({"api-key": "x", "authorization": "Bearer sk-a"}) == "sk-a"

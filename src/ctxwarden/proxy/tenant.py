@@ -4,9 +4,10 @@ The key is ``t-`` + the first 32 hex digits of HMAC-SHA256(secret, credential),
 where the secret is 32 random bytes kept in ``<data_dir>/proxy.secret`` (mode 0600,
 created on first start) so that tenant keys stay stable across restarts but cannot
 be recomputed by someone who only sees the store. The credential is the
-``x-api-key`` header, else the token of ``Authorization: Bearer``; the newest
-Anthropic SDK sends the latter, older ones the former, and both map to the same
-tenant for the same key. A request without a credential is tenant ``t-anonymous``.
+``x-api-key`` header, else the token of ``Authorization: Bearer``, else Azure OpenAI's
+``api-key`` header; the newest Anthropic SDK sends the second, older ones the first,
+and all map to the same tenant for the same key. A request without a credential is
+tenant ``t-anonymous``.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def _checked(path: Path, data: bytes) -> bytes:
 
 
 def credential_of(headers: Mapping[str, str]) -> str | None:
-    """The API credential of a request (``x-api-key`` first, then a Bearer token)."""
+    """The API credential of a request: ``x-api-key`` first, then a Bearer token, then
+    Azure OpenAI's ``api-key`` (its clients send no other)."""
     key = (headers.get("x-api-key") or "").strip()
     if key:
         return key
@@ -86,7 +88,7 @@ def credential_of(headers: Mapping[str, str]) -> str | None:
     scheme, _, token = auth.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
-    return None
+    return (headers.get("api-key") or "").strip() or None
 
 
 class TenantKeys:
