@@ -3,6 +3,7 @@ at the same base URL as its HTTP calls) are relayed to the upstream frame by fra
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,9 +13,11 @@ from aiohttp import web
 
 from ctxwarden import Engine, EngineConfig
 from ctxwarden.proxy import ProxySettings, RunningServer, build_app
+from ctxwarden.telemetry import MemoryRecorder
 from tests.proxy.conftest import SECRET
 
 _SEEN: list[dict[str, Any]] = []
+_KEY = {"Authorization": "Bearer sk-ws"}
 
 
 async def _socket(request: web.Request) -> web.StreamResponse:
@@ -28,6 +31,10 @@ async def _socket(request: web.Request) -> web.StreamResponse:
             if message.data == "bye":
                 await ws.close(code=4001, message=b"asked")
                 break
+            if message.data == "drop":  # the upstream goes away without a close frame
+                assert request.transport is not None
+                request.transport.abort()
+                break
             await ws.send_str("echo:" + message.data)
         elif message.type == aiohttp.WSMsgType.BINARY:
             await ws.send_bytes(message.data[::-1])
@@ -35,7 +42,12 @@ async def _socket(request: web.Request) -> web.StreamResponse:
 
 
 @pytest.fixture
-async def proxy_url() -> AsyncIterator[str]:
+async def proxy_url(proxy_and_events: tuple[str, MemoryRecorder]) -> str:
+    return proxy_and_events[0]
+
+
+@pytest.fixture
+async def proxy_and_events() -> AsyncIterator[tuple[str, MemoryRecorder]]:
     _SEEN.clear()
     upstream = web.Application()
     upstream.router.add_get("/v1/realtime", _socket)
@@ -46,11 +58,12 @@ async def proxy_url() -> AsyncIterator[str]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     origin = f"http://127.0.0.1:{port}"
     engine = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
+    recorder = MemoryRecorder()
     app = build_app(engine, ProxySettings(openai_upstream=origin, anthropic_upstream=origin),
-                    tenant_secret=SECRET)  # fmt: skip
+                    sinks=[recorder], tenant_secret=SECRET)  # fmt: skip
     try:
         async with RunningServer(app) as server:
-            yield server.url
+            yield server.url, recorder
     finally:
         engine.close()
         await runner.cleanup()
@@ -89,3 +102,67 @@ async def test_a_refused_handshake_answers_with_the_upstreams_status(proxy_url: 
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await http.ws_connect(f"{proxy_url}/v1/realtime", headers={"Authorization": "Bearer x"})
     assert refused.value.status == 401
+
+
+async def test_a_socket_closed_by_the_client_is_logged_as_answered(
+    proxy_and_events: tuple[str, MemoryRecorder],
+) -> None:
+    url, recorder = proxy_and_events
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(f"{url}/v1/realtime", headers={"Authorization": "Bearer sk-ws"}) as ws,
+    ):
+        await ws.send_str("hi")
+        assert (await ws.receive()).data == "echo:hi"
+    for _ in range(100):  # the event is emitted when the handler ends
+        if recorder.events:
+            break
+        await asyncio.sleep(0.05)
+    (event,) = recorder.events
+    assert event["status"] == 101 and not event.get("client_disconnected")
+
+
+async def test_an_upstream_that_drops_closes_the_client_with_a_code_valid_on_the_wire(
+    proxy_url: str,
+) -> None:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(
+            f"{proxy_url}/v1/realtime", headers={"Authorization": "Bearer sk-ws"}
+        ) as ws,
+    ):
+        await ws.send_str("drop")
+        closing = await ws.receive()
+        assert closing.type == aiohttp.WSMsgType.CLOSE
+        assert closing.data == aiohttp.WSCloseCode.INTERNAL_ERROR  # not 1006
+
+
+async def test_stopping_the_proxy_closes_open_sockets_as_going_away() -> None:
+    upstream = web.Application()
+    upstream.router.add_get("/v1/realtime", _socket)
+    runner = web.AppRunner(upstream)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    origin = f"http://127.0.0.1:{port}"
+    engine = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
+    app = build_app(engine, ProxySettings(openai_upstream=origin, anthropic_upstream=origin),
+                    tenant_secret=SECRET)  # fmt: skip
+    server = RunningServer(app)
+    try:
+        await server.start()
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(f"{server.url}/v1/realtime",
+                                       headers={"Authorization": "Bearer sk-ws"})  # fmt: skip
+            await ws.send_str("hi")
+            assert (await ws.receive()).data == "echo:hi"
+            stopping = asyncio.ensure_future(server.stop())
+            closing = await asyncio.wait_for(ws.receive(), 20)
+            assert closing.type == aiohttp.WSMsgType.CLOSE
+            assert closing.data == aiohttp.WSCloseCode.GOING_AWAY
+            await asyncio.wait_for(stopping, 20)  # not the shutdown timeout
+            await ws.close()
+    finally:
+        engine.close()
+        await runner.cleanup()

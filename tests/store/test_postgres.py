@@ -142,3 +142,30 @@ def test_a_wait_on_a_row_lock_fails_alone_without_opening_the_breaker(
         assert store.get("t", ref) == text
     finally:
         store.close()
+
+
+def test_gc_waits_on_rows_another_connection_holds_within_its_own_timeout(
+    pg_harness: PostgresHarness,
+) -> None:
+    """gc's statements may take GC_STATEMENT_TIMEOUT, and so may its lock waits (the
+    store's lock_timeout, under its 1 s statement timeout, would end them at 0.8 s)."""
+    import time
+
+    import psycopg
+
+    store = PostgresStore(pg_harness.url, timeout=1, ttl_seconds=1)
+    try:
+        store.put("t", "hello world " * 10)
+        holder = psycopg.connect(pg_harness.url)
+        holder.execute("UPDATE ctxwarden_artifacts SET last_used = last_used")  # row locks
+        release = threading.Timer(2.0, holder.rollback)
+        release.start()
+        try:
+            started = time.monotonic()
+            assert store.gc(now=time.time() + 10) == 1
+            assert time.monotonic() - started >= 1.5  # it waited for the rows
+        finally:
+            release.join()
+            holder.close()
+    finally:
+        store.close()

@@ -37,6 +37,7 @@ from ctxwarden.proxy.shapes import CONDENSED_ROUTES
 from ctxwarden.proxy.state import STATE, ProxyState
 from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
 from ctxwarden.proxy.upstream import Upstream
+from ctxwarden.proxy.websocket import OPEN_SOCKETS, close_open_sockets
 from ctxwarden.store import default_data_dir
 from ctxwarden.telemetry import (
     CONTENT_TYPE_LATEST,
@@ -93,6 +94,8 @@ def build_app(
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[STATE] = state
     app.cleanup_ctx.append(_lifecycle)
+    app[OPEN_SOCKETS] = set()
+    app.on_shutdown.append(close_open_sockets)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)

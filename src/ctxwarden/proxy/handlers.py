@@ -224,9 +224,9 @@ async def handle_forward(request: web.Request) -> web.StreamResponse:
     record = RequestRecord(route_label(request.path), request.method)
     url = _upstream_url(state, family, request)
     if request.method == "GET" and is_websocket_upgrade(request.headers):
-        return await _run(
-            request, record, family, forward_websocket(request, state.client.session, url)
-        )
+        opened = functools.partial(record.final_event_sent, 101)
+        socket = forward_websocket(request, state.client.session, url, opened)
+        return await _run(request, record, family, socket)
     ex = Exchange(state, request, url)
     return await _run(request, record, family, _forward_body(ex, record, family))
 

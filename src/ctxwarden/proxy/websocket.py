@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -26,7 +26,12 @@ from multidict import CIMultiDict
 
 from ctxwarden.proxy.upstream import request_headers, upstream_name
 
-__all__ = ["forward_websocket", "is_websocket_upgrade"]
+__all__ = ["OPEN_SOCKETS", "close_open_sockets", "forward_websocket", "is_websocket_upgrade"]
+
+Pair = tuple[web.WebSocketResponse, aiohttp.ClientWebSocketResponse]
+
+OPEN_SOCKETS = web.AppKey("ctxwarden_open_sockets", set[Pair])
+"""The relayed sockets open now (client side, upstream side), closed at shutdown."""
 
 _log = logging.getLogger("ctxwarden.proxy")
 
@@ -39,6 +44,24 @@ _HANDSHAKE_FIELDS = frozenset(
 def is_websocket_upgrade(headers: Mapping[str, str]) -> bool:
     """Whether a request asks to become a WebSocket (``Upgrade: websocket``)."""
     return headers.get("Upgrade", "").strip().lower() == "websocket"
+
+
+async def close_open_sockets(app: web.Application) -> None:
+    """On shutdown: close every relayed socket both ways with 1001, going away (aiohttp
+    would otherwise wait for each until its shutdown timeout)."""
+    for client, upstream in list(app.get(OPEN_SOCKETS, ())):
+        with contextlib.suppress(Exception):  # the client first: its code is the one it sees
+            await client.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"proxy stopping")
+        with contextlib.suppress(Exception):
+            await upstream.close(code=aiohttp.WSCloseCode.GOING_AWAY)
+
+
+def _wire_code(code: int | None, fallback: int) -> int:
+    """``code`` if it may be sent in a Close frame (RFC 6455 7.4), else ``fallback``
+    (1005, 1006 and 1015 only say what a receiver saw; below 1000 nothing is defined)."""
+    if code is None or code in (1004, 1005, 1006, 1015) or not 1000 <= code <= 4999:
+        return fallback
+    return code
 
 
 def _upstream_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
@@ -55,9 +78,14 @@ def _protocols(headers: Mapping[str, str]) -> tuple[str, ...]:
 
 
 async def forward_websocket(
-    request: web.Request, session: aiohttp.ClientSession, url: str
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    url: str,
+    on_open: Callable[[], None] = lambda: None,
 ) -> web.StreamResponse:
-    """Relay the WebSocket ``request`` asks for to ``url`` (see module doc)."""
+    """Relay the WebSocket ``request`` asks for to ``url`` (see module doc);
+    ``on_open`` is called once both handshakes are done (its event's status is then
+    101, however the socket ends: a client closing it is no abort)."""
     try:
         upstream = await session.ws_connect(
             url,
@@ -75,13 +103,30 @@ async def forward_websocket(
         return web.json_response({"error": {"message": message}}, status=502)
     chosen = (upstream.protocol,) if upstream.protocol else ()
     client = web.WebSocketResponse(protocols=chosen, max_msg_size=0, autoclose=False)
+    sockets = request.app.get(OPEN_SOCKETS)
+    pair = (client, upstream)
     try:
         await client.prepare(request)
+        on_open()
+        if sockets is not None:
+            sockets.add(pair)
         await _pump_both(client, upstream)
     finally:
-        await upstream.close()
-        await client.close()
+        if sockets is not None:
+            sockets.discard(pair)
+        # shielded: a client that drops the connection cancels this handler, and the
+        # upstream side must still be closed
+        await asyncio.shield(_close_both(client, upstream))
     return client
+
+
+async def _close_both(
+    client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse
+) -> None:
+    with contextlib.suppress(Exception):
+        await upstream.close()
+    with contextlib.suppress(Exception):
+        await client.close()
 
 
 async def _pump_both(
@@ -111,10 +156,10 @@ async def _pump(
             await sink.send_bytes(message.data)
         elif message.type == aiohttp.WSMsgType.CLOSE:
             reason = message.extra.encode() if isinstance(message.extra, str) else b""
-            await sink.close(code=message.data or aiohttp.WSCloseCode.OK, message=reason)
+            code = _wire_code(message.data, aiohttp.WSCloseCode.OK)
+            await sink.close(code=code, message=reason)
             return
         elif message.type == aiohttp.WSMsgType.ERROR:
             break
     # the source closed (or failed) without a close frame reaching us: close the sink
-    code = source.close_code or aiohttp.WSCloseCode.OK
-    await sink.close(code=code)
+    await sink.close(code=_wire_code(source.close_code, aiohttp.WSCloseCode.INTERNAL_ERROR))

@@ -535,9 +535,11 @@ class PostgresStore:
                     try:
                         with db.transaction():
                             if own and statement is not None:
+                                millis = round(statement * 1000)
                                 watched.execute(
-                                    "SELECT set_config('statement_timeout', %s, true)",
-                                    (str(round(statement * 1000)),),
+                                    "SELECT set_config('statement_timeout', %s, true),"
+                                    " set_config('lock_timeout', %s, true)",
+                                    (str(millis), str(max(1, millis * 4 // 5))),
                                 )
                             return self._collect(watched, at)
                     except psycopg.Error:
