@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -46,8 +47,9 @@ async def proxy_url(proxy_and_events: tuple[str, MemoryRecorder]) -> str:
     return proxy_and_events[0]
 
 
-@pytest.fixture
-async def proxy_and_events() -> AsyncIterator[tuple[str, MemoryRecorder]]:
+@asynccontextmanager
+async def _proxy_app(recorder: MemoryRecorder) -> AsyncIterator[web.Application]:
+    """A proxy app (not started) in front of an upstream serving ``_socket``."""
     _SEEN.clear()
     upstream = web.Application()
     upstream.router.add_get("/v1/realtime", _socket)
@@ -58,15 +60,19 @@ async def proxy_and_events() -> AsyncIterator[tuple[str, MemoryRecorder]]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     origin = f"http://127.0.0.1:{port}"
     engine = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
-    recorder = MemoryRecorder()
-    app = build_app(engine, ProxySettings(openai_upstream=origin, anthropic_upstream=origin),
-                    sinks=[recorder], tenant_secret=SECRET)  # fmt: skip
     try:
-        async with RunningServer(app) as server:
-            yield server.url, recorder
+        yield build_app(engine, ProxySettings(openai_upstream=origin, anthropic_upstream=origin),
+                        sinks=[recorder], tenant_secret=SECRET)  # fmt: skip
     finally:
         engine.close()
         await runner.cleanup()
+
+
+@pytest.fixture
+async def proxy_and_events() -> AsyncIterator[tuple[str, MemoryRecorder]]:
+    recorder = MemoryRecorder()
+    async with _proxy_app(recorder) as app, RunningServer(app) as server:
+        yield server.url, recorder
 
 
 async def test_frames_go_both_ways_and_the_close_code_comes_back(proxy_url: str) -> None:
@@ -138,23 +144,11 @@ async def test_an_upstream_that_drops_closes_the_client_with_a_code_valid_on_the
 
 
 async def test_stopping_the_proxy_closes_open_sockets_as_going_away() -> None:
-    upstream = web.Application()
-    upstream.router.add_get("/v1/realtime", _socket)
-    runner = web.AppRunner(upstream)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    origin = f"http://127.0.0.1:{port}"
-    engine = Engine(EngineConfig(store={"backend": "memory"}))  # type: ignore[arg-type]
-    app = build_app(engine, ProxySettings(openai_upstream=origin, anthropic_upstream=origin),
-                    tenant_secret=SECRET)  # fmt: skip
-    server = RunningServer(app)
-    try:
-        await server.start()
-        async with aiohttp.ClientSession() as http:
-            ws = await http.ws_connect(f"{server.url}/v1/realtime",
-                                       headers={"Authorization": "Bearer sk-ws"})  # fmt: skip
+    async with _proxy_app(MemoryRecorder()) as app, aiohttp.ClientSession() as http:
+        server = await RunningServer(app).start()
+        stopping = None
+        try:
+            ws = await http.ws_connect(f"{server.url}/v1/realtime", headers=_KEY)
             await ws.send_str("hi")
             assert (await ws.receive()).data == "echo:hi"
             stopping = asyncio.ensure_future(server.stop())
@@ -163,6 +157,6 @@ async def test_stopping_the_proxy_closes_open_sockets_as_going_away() -> None:
             assert closing.data == aiohttp.WSCloseCode.GOING_AWAY
             await asyncio.wait_for(stopping, 20)  # not the shutdown timeout
             await ws.close()
-    finally:
-        engine.close()
-        await runner.cleanup()
+        finally:
+            if stopping is None:
+                await server.stop()
