@@ -26,6 +26,7 @@ __all__ = [
     "LinesShown",
     "TextSearch",
     "argument_error_lines",
+    "closing_lines",
     "command_of",
     "distinctive_set",
     "distinctive_strings",
@@ -552,6 +553,17 @@ _TRAILER_LINES = 4
 _TRAILER_CHARS = 1000
 
 
+def closing_lines(text: str) -> list[str]:
+    """The last few lines of an output (at most four, within its last 1,000
+    characters, a line the cut went through left out), each stripped, in order: where
+    agents put what they report after a command (its status, its directory)."""
+    tail = text[-_TRAILER_CHARS:]
+    lines = tail.rstrip().split("\n")
+    if len(tail) < len(text):
+        lines = lines[1:]  # the first may be cut
+    return [line.strip() for line in lines[-_TRAILER_LINES:]]
+
+
 def exit_status(text: str) -> int | None:
     """The exit status an output states in a structured form, else ``None``: a
     ``<returncode>N</returncode>`` tag opening its first line or alone on its last
@@ -563,11 +575,7 @@ def exit_status(text: str) -> int | None:
     m = _LEADING_RETURNCODE_RE.match(text) or _STATUS_LINE_RE.match(text)
     if m:
         return int(m.group(1))
-    tail = text[-_TRAILER_CHARS:]
-    lines = tail.rstrip().split("\n")
-    if len(tail) < len(text):
-        lines = lines[1:]  # the first may be cut
-    lines = [line.strip() for line in lines[-_TRAILER_LINES:]]
+    lines = closing_lines(text)
     if lines:
         m = _RETURNCODE_RE.fullmatch(lines[-1])
         if m:

@@ -29,7 +29,13 @@ from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footpr
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import SupersedeConfig
-from ctxwarden.signals import LinesShown, command_of, error_lines, shown_error_line
+from ctxwarden.signals import (
+    LinesShown,
+    closing_lines,
+    command_of,
+    error_lines,
+    shown_error_line,
+)
 
 __all__ = ["SupersedePass", "action_key"]
 
@@ -43,9 +49,6 @@ shell was)."""
 _CWD_TRAILER = re.compile(
     r"\(Current directory: ([^\n]*)\)|\[Current working directory: ([^\n]*)\]"
 )
-_TRAILER_CHARS = 1000
-_TRAILER_LINES = 4
-
 _ALONE = re.compile(r"(?:scroll_down|scroll_up)(?:\s|$)")
 """SWE-agent's window moves: each run shows the next window of the open file, so a
 newer run does not make an older one stale."""
@@ -89,12 +92,8 @@ def _where(key: str, command: str) -> tuple[bool, bool, bool]:
 
 def _cwd_trailer(text: str) -> str | None:
     """The directory an output says it ran in, on one of its last lines."""
-    tail = text[-_TRAILER_CHARS:]
-    lines = tail.rstrip().split("\n")
-    if len(tail) < len(text):
-        lines = lines[1:]  # the first may be cut
-    for line in reversed(lines[-_TRAILER_LINES:]):
-        m = _CWD_TRAILER.fullmatch(line.strip())
+    for line in reversed(closing_lines(text)):
+        m = _CWD_TRAILER.fullmatch(line)
         if m:
             return m.group(1) if m.group(1) is not None else m.group(2)
     return None
