@@ -50,3 +50,24 @@ def test_past_the_budget_a_line_counts_as_not_in_the_lead(monkeypatch: Any) -> N
     monkeypatch.setattr(signals, "SEARCH_BUDGET", 0)
     bounded, _ = extract_summary.__wrapped__(text, 1)
     assert bounded == full + "\nsrc/mod_1.py"  # not searched: kept, nothing lost
+
+
+def test_a_summary_lead_never_ends_on_a_numbered_lists_marker() -> None:
+    # a real summary ended on a bare "2.": the splitter took the marker for a sentence
+    text = (
+        "The check fails for subclasses of the wrapper class in the module. "
+        "Two ways to fix it:\n1. Unwrap the value before the check (an instance)\n"
+        "2. Register the subclass with the checker. I will try the first."
+    )
+    lead = extract_summary(text, 3)[0].split("\n")[0]
+    assert lead.endswith("(an instance)")
+    assert "1. Unwrap" in lead
+
+
+@given(st.lists(st.sampled_from(["Do it.", "1.", "\n", " ", "2. Then this.", "ok:"]), max_size=20))
+def test_no_lead_sentence_is_a_bare_list_marker(pieces: list[str]) -> None:
+    import re
+
+    # only the text's own last piece may be a marker (nothing follows it to open)
+    for sentence in summarize._sentences("".join(pieces), 30)[:-1]:
+        assert not re.search(r"(?:^|\n)\s*\d{1,3}\.$", sentence)

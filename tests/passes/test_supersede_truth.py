@@ -237,6 +237,29 @@ def test_outputs_that_name_one_directory_are_runs_in_it_across_moves() -> None:
     assert _superseded(wire) == {3: 11}
 
 
+def _open(body: str, open_file: str) -> str:
+    return f"{body}\n(Open file: {open_file})\n(Current directory: /jib)\nbash-$"
+
+
+def test_swe_agent_commands_on_the_open_file_are_the_same_action_in_that_file_only() -> None:
+    # `goto 40` and `search_file` show the file SWE-agent has open, which `open` changed
+    # between the runs: the older run is another file's window, not a stale one
+    wire = _runs(
+        ("goto 40\n", _open(lines_of("a40", 40), "/jib/A.java")),
+        ('search_file "parse"\n', _open(lines_of("a-hits", 40), "/jib/A.java")),
+        ("open B.java\n", _open(lines_of("b", 40), "/jib/B.java")),
+        ("goto 40\n", _open(lines_of("b40", 40), "/jib/B.java")),
+        ('search_file "parse"\n', _open(lines_of("b-hits", 40), "/jib/B.java")),
+        ("ls -F\n", _open(lines_of("ls1", 40), "/jib/B.java")),
+        ("open A.java\n", _open(lines_of("a", 40), "/jib/A.java")),
+        ("goto 40\n", _open(lines_of("a40-again", 40), "/jib/A.java")),
+        ("ls -F\n", _open(lines_of("ls2", 40), "/jib/A.java")),
+    )
+    # the first `goto 40` (in A) is stale by the last one (in A again); `ls` does not
+    # depend on the open file
+    assert _superseded(wire) == {3: 17, 13: 19}
+
+
 def test_parallel_calls_with_a_move_among_them_keep_the_older_run() -> None:
     both = {
         "role": "assistant",

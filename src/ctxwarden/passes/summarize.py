@@ -21,6 +21,9 @@ from ctxwarden.signals import TextSearch, error_lines, is_error_line, paths_in, 
 __all__ = ["SummarizePass", "extract_summary"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?:])\s+")
+_LIST_MARKER_END = re.compile(r"(?:^|\n)[ \t]*(?:\d{1,3}|[a-zA-Z])\.$")
+"""A piece that ends on a numbered list's marker (``... it:\n2.``): the marker opens the
+next sentence, it does not end one."""
 MIN_LEAD_WORDS = 8
 MAX_PATH_LINES = 3
 """Short lines naming a path are kept (a list of touched files), at most this many."""
@@ -31,10 +34,31 @@ def _stripped_lines(text: str) -> list[str]:
     return [line.strip() for line in text.split("\n")]
 
 
+def _sentences(text: str, limit: int) -> list[str]:
+    """The first sentences of ``text`` (at most ``limit`` splits), a numbered list's
+    marker kept with the item it opens."""
+    pieces = _SENTENCE_END.split(text.strip(), maxsplit=limit)
+    sentences: list[str] = []
+    carry = ""
+    for piece in pieces:
+        piece = carry + piece
+        if _LIST_MARKER_END.search(piece):
+            head, _, marker = piece.rpartition("\n")
+            if head.strip():
+                sentences.append(head)
+            carry = marker.strip() + " "
+            continue
+        carry = ""
+        sentences.append(piece)
+    if carry:
+        sentences.append(carry.strip())
+    return sentences
+
+
 @text_memo()
 def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...]]:
     """The extractive summary of ``text`` and the error lines it keeps."""
-    sentences = _SENTENCE_END.split(text.strip(), maxsplit=keep_sentences + 8)
+    sentences = _sentences(text, keep_sentences + 8)
     taken: list[str] = []
     words = 0
     for sentence in sentences:

@@ -16,7 +16,9 @@ starts with ``cd /absolute/dir &&`` or ``;`` and changes directory nowhere else,
 read's path is absolute). A run whose output ends with the directory it ran in
 (SWE-agent's ``(Current directory: X)``, OpenHands' ``[Current working directory: X]``)
 is a run in X whatever the calls between did, and never the same action as a run
-without that line or in another directory.
+without that line or in another directory. Likewise SWE-agent's commands on its open
+file (``goto N``, ``search_file X``, ``edit A:B``, ...) are only the same action in the
+same open file, as their output's ``(Open file: F)`` line states.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ shell was)."""
 _CWD_TRAILER = re.compile(
     r"\(Current directory: ([^\n]*)\)|\[Current working directory: ([^\n]*)\]"
 )
+_OPEN_FILE_TRAILER = re.compile(r"\(Open file: ([^\n]*)\)")
+_ON_OPEN_FILE = re.compile(r"(?:goto|search_file|edit|insert|scroll_down|scroll_up)(?:\s|$)")
+"""SWE-agent's commands whose output depends on the file it has open (``search_file X``
+searches it unless given a file; the same ``edit`` text patches whichever is open)."""
 _ALONE = re.compile(r"(?:scroll_down|scroll_up)(?:\s|$)")
 """SWE-agent's window moves: each run shows the next window of the open file, so a
 newer run does not make an older one stale."""
@@ -90,13 +96,22 @@ def _where(key: str, command: str) -> tuple[bool, bool, bool]:
     return moves, anchored, False
 
 
-def _cwd_trailer(text: str) -> str | None:
-    """The directory an output says it ran in, on one of its last lines."""
-    for line in reversed(closing_lines(text)):
+def _place_trailer(text: str, on_open_file: bool) -> str | None:
+    """The directory an output says it ran in, on one of its last lines (with
+    ``on_open_file``, also the file it says is open), else ``None``."""
+    lines = closing_lines(text)
+    cwd = None
+    for line in reversed(lines):
         m = _CWD_TRAILER.fullmatch(line)
         if m:
-            return m.group(1) if m.group(1) is not None else m.group(2)
-    return None
+            cwd = "cwd:" + (m.group(1) if m.group(1) is not None else m.group(2))
+            break
+    if on_open_file:
+        for line in reversed(lines):
+            m = _OPEN_FILE_TRAILER.fullmatch(line)
+            if m:
+                return f"{cwd or ''}\x00open:{m.group(1)}"
+    return cwd
 
 
 class SupersedePass:
@@ -203,11 +218,16 @@ class SupersedePass:
         for key, of_key in by_key.items():
             if len(of_key) <= self.config.keep_newest:
                 continue  # nothing to supersede: no trailer to read
+            on_open_file = _ON_OPEN_FILE.match(key.partition("\x00")[2]) is not None
             for run, place, segments in of_key:
-                if place != _ANYWHERE:
-                    trailers = {t for s in segments if (t := _cwd_trailer(s.text)) is not None}
+                if place != _ANYWHERE or on_open_file:
+                    trailers = {
+                        t
+                        for s in segments
+                        if (t := _place_trailer(s.text, on_open_file)) is not None
+                    }
                     if len(trailers) == 1:
-                        place = "cwd:" + trailers.pop()
+                        place = trailers.pop()
                 groups[key, place][run] = segments
         return groups
 
