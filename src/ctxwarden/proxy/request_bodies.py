@@ -44,7 +44,18 @@ T = TypeVar("T")
 class BodyStream:
     """A request body as an async iterable: ``head`` (bytes already read), then the
     rest of the client's stream; counts the bytes it hands out in ``sent`` and notes
-    in ``unreadable`` that the client's body failed (the upload then fails)."""
+    in ``unreadable`` that the client's body failed (the upload then fails).
+
+    An upstream may answer before it has read the whole body (413, 401) and close
+    the connection on the rest, which resets it. asyncio's socket transport drops the
+    bytes it received but did not read yet when a write fails, so the answer would be
+    lost and the client answered 502 where it would have received the upstream's
+    answer without the proxy. So after the first chunk, each step (the next chunk or
+    the end) first lets the event loop read what arrived (:func:`_let_answers_in`):
+    the answer is then read before the next write meets the reset, and is relayed
+    as any answer. What remains is the instant between the loop's last look at the
+    socket and the write. A reset with no answer before it is still a failed upload
+    (502), and the stream, once consumed, is never sent again."""
 
     def __init__(self, request: web.Request, head: bytes = b"") -> None:
         self._content = request.content
@@ -56,6 +67,8 @@ class BodyStream:
         return self
 
     async def __anext__(self) -> bytes:
+        if self.sent:
+            await _let_answers_in()
         chunk, self._head = self._head, b""
         if not chunk:
             try:
@@ -67,6 +80,14 @@ class BodyStream:
             raise StopAsyncIteration
         self.sent += len(chunk)
         return chunk
+
+
+async def _let_answers_in() -> None:
+    """Two turns of the event loop: what the loop found readable on the first turn is
+    read (its callbacks run after this task's step) before the caller goes on; one
+    turn would let a write that fails drop that read (the transport cancels it)."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
 
 
 async def read_capped(request: web.Request, cap: int, head: bytes = b"") -> tuple[bytes, bool]:
