@@ -2,6 +2,11 @@
 
 Contract (kept stable; other tools drive it):
 
+- ``api`` names the request's API (``openai.chat``, ``openai.responses``,
+  ``anthropic.messages``); left out, it is read off the request's shape
+  (:func:`ctxwarden.io.guess_api`: ``input`` is Responses, a top-level ``system`` or
+  an Anthropic content block is Messages, else Chat) and the report's ``api`` says
+  which was taken.
 - ``condense`` never mutates its input and never raises for a request it can
   forward: a malformed request raises :class:`~ctxwarden.errors.MalformedRequest`
   (the caller decides), anything else that goes wrong returns the original request
@@ -43,6 +48,7 @@ from ctxwarden.errors import (
     reraise_fatal,
     store_failure,
 )
+from ctxwarden.io import guess_api
 from ctxwarden.model.classify import classify, signed_reasoning_end
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes, wire_size
@@ -215,7 +221,7 @@ class Engine:
     def condense(
         self,
         request: Mapping[str, Any],
-        api: str = "openai.chat",
+        api: str | None = None,
         *,
         session: str | None = None,
         mode: Mode | None = None,
@@ -234,6 +240,7 @@ class Engine:
         names it in the report)."""
         _check_call(session, mode, tenant, one_shot)
         self._check_open()
+        api = guess_api(request) if api is None else api
         result = self._locked(
             functools.partial(
                 self._condense, request, api, session=session, mode=mode, tenant=tenant,
@@ -303,6 +310,7 @@ class Engine:
         made. Cancelling the caller does not stop a condense under way (it ends, and
         writes its session's state)."""
         _check_call(session, mode, tenant, one_shot)
+        api = guess_api(request) if api is None else api
         with self._parts_lock:
             self._check_open()
             if self._async_thread is None:

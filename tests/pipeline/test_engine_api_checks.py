@@ -141,3 +141,35 @@ def test_an_unpickled_engine_from_before_the_closed_flag_works() -> None:
     copy = Engine.__new__(Engine)
     copy.__setstate__(state)
     assert copy.condense(_wire(), session="s").report["fallback_reason"] is None
+
+
+@pytest.mark.parametrize(
+    ("fixture", "api"),
+    [
+        ("anthropic_full.json", "anthropic.messages"),
+        ("responses_full.json", "openai.responses"),
+        ("chat_shapes.json", "openai.chat"),
+    ],
+)
+def test_a_request_without_its_api_is_read_as_its_shape_says(fixture: str, api: str) -> None:
+    # a Messages body left without api= was read as Chat: nothing condensed, the
+    # counts wrong, no fallback reason
+    from tests.conftest import load_fixture
+
+    wire = load_fixture(fixture)
+    guessed = make_engine("balanced", FORCE).condense(wire, one_shot=True)
+    named = make_engine("balanced", FORCE).condense(wire, api=api, one_shot=True)
+    assert guessed.report["api"] == api
+    assert guessed.request == named.request
+    assert guessed.report["tokens_before"] == named.report["tokens_before"]
+
+
+def test_an_explicit_api_is_taken_as_given() -> None:
+    # a Chat body named Messages is read as Messages (and its tool role refused), not
+    # guessed over
+    from ctxwarden import MalformedRequest
+
+    engine = make_engine("balanced", FORCE)
+    with pytest.raises(MalformedRequest):
+        engine.condense(_wire(), api="anthropic.messages", one_shot=True)
+    assert engine.condense(_wire(), one_shot=True).report["api"] == "openai.chat"

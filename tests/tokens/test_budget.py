@@ -26,6 +26,10 @@ def test_registry_lookup_normalizes_names() -> None:
         ("anthropic.claude-opus-4-1-20250805-v1:0", "claude-opus-4"),
         ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4"),
         ("openai/gpt-4o:free", "gpt-4o"),
+        # OpenAI fine-tunes name their base model after ``ft:`` (were unknown: a 32k
+        # fallback window and estimated counts)
+        ("ft:gpt-4o-mini-2024-07-18:my-org::9abcDEF", "gpt-4o-mini"),
+        ("ft:gpt-4.1-2025-04-14:acme:custom-suffix:B1c2", "gpt-4.1"),
     ]:
         assert registry.lookup(name).id == found, name  # type: ignore[union-attr]
     assert registry.lookup("deepseek/deepseek-chat").context_window == 128000  # type: ignore[union-attr]

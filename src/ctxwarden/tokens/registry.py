@@ -113,14 +113,16 @@ class TokenizerSpecModel(BaseModel):
 Registry.model_rebuild()
 
 
-_PROVIDER_PREFIX = re.compile(r"^(?:[a-z]{2,6}-)?anthropic-(?=claude)")
+_PROVIDER_PREFIX = re.compile(r"^(?:[a-z]{2,6}-)?anthropic-(?=claude)|^ft:")
 """Amazon Bedrock's ``anthropic.`` and cross-region ``us.anthropic.`` id prefixes (after
-dots became dashes)."""
+dots became dashes), and OpenAI's ``ft:`` of a fine-tuned model
+(``ft:gpt-4o-mini-2024-07-18:org::id`` has its base model's window and tokenizer)."""
 
 
 def normalize_model_name(name: str) -> str:
     """Lower case, last path segment (``openai/gpt-5-mini`` -> ``gpt-5-mini``), dots as
-    dashes, a Bedrock provider prefix dropped (``us.anthropic.claude-...``)."""
+    dashes, a Bedrock provider prefix or a fine-tune's ``ft:`` dropped
+    (``us.anthropic.claude-...``, ``ft:gpt-4o-mini-...:org::id``)."""
     base = name.strip().lower().rsplit("/", 1)[-1].replace(".", "-")
     return _PROVIDER_PREFIX.sub("", base)
 
