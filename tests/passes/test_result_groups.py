@@ -187,3 +187,28 @@ def test_a_joint_whose_original_cannot_be_stored_is_tried_once() -> None:
     assert _oldest(result.request) == _oldest(request)
     assert store.refused == 1  # not once more for each of its 39 stubs
     assert result.report["segment_failures"] == 1
+
+
+def test_blocks_shorter_than_any_stub_are_not_given_one(monkeypatch: Any) -> None:
+    # thousands of short blocks had a stub built for each, every request
+    from ctxwarden.passes import mask, result_groups
+
+    made: list[int] = []
+    real = result_groups.part_stub
+
+    def counted(number: int, count: int, block: Any) -> tuple[str, tuple[str, ...]]:
+        made.append(number)
+        return real(number, count, block)
+
+    monkeypatch.setattr(mask, "part_stub", counted)
+    request = _request()
+    for message in request["messages"][2::2]:
+        blocks = message["content"][0]["content"]
+        blocks[1:] = [{"type": "text", "text": f"{j}"} for j in range(200)]  # 1 token each
+    sent = make_engine("balanced", FORCE).condense(request, api="anthropic.messages").request
+    assert made == []
+    assert [b["text"] for b in sent["messages"][2]["content"][0]["content"][1:]] == [
+        f"{j}" for j in range(200)
+    ]
+    stub_tokens = TokenCounter().count_text(result_groups.shortest_stub())
+    assert stub_tokens <= TokenCounter().count_text(result_groups._STUB.format(number=2, count=2))

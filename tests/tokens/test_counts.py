@@ -84,6 +84,21 @@ def test_memo_is_bounded_by_bytes(no_memo_budget: None) -> None:
     assert counter.misses == misses + 1
 
 
+def test_large_texts_stay_counted_when_their_bytes_outweigh_the_memo(
+    no_memo_budget: None,
+) -> None:
+    # a history of tens of megabytes outweighed the memo: every large text was
+    # tokenized again on every request (seconds per request)
+    counter = TokenCounter(max_bytes=20_000)
+    texts = [f"{k} " + "log line with words\n" * 5_000 for k in range(5)]  # 100 kB each
+    first = [counter.count_text(t) for t in texts]
+    misses = counter.misses
+    assert [counter.count_text("".join([t])) for t in texts] == first  # new objects
+    assert counter.misses == misses
+    assert counter.weight <= 20_000
+    assert first[0] == len(counter._encoding.encode_ordinary(texts[0]))
+
+
 def test_counts_stay_right_while_other_threads_evict(no_memo_budget: None) -> None:
     import threading
 

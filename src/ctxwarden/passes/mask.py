@@ -18,7 +18,7 @@ from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
 from ctxwarden.passes.config import MaskConfig
 from ctxwarden.passes.placeholder import Digest, mentions_line, placeholder_parts
-from ctxwarden.passes.result_groups import ResultGroup, part_stub, result_groups
+from ctxwarden.passes.result_groups import ResultGroup, part_stub, result_groups, shortest_stub
 from ctxwarden.signals import distinctive_set
 
 __all__ = ["MaskPass"]
@@ -190,8 +190,11 @@ class MaskPass:
         block no longer than its stub stays as it is."""
         count = len(group.blocks)
         first = group.blocks[0].path  # its placeholder says what the stubs stand for
+        floor = ctx.counter.count_text(shortest_stub())
         out = {}
         for number, block in enumerate(group.blocks[1:], start=2):
+            if block.tokens <= floor:  # surely no longer than its stub
+                continue
             stub, errors = part_stub(number, count, block)
             if block.tokens <= ctx.counter.count_text(stub):  # no longer than its stub
                 continue

@@ -28,7 +28,14 @@ _STUB = "[ctxwarden: part {number}/{count}, see above]"
 _STUB_RE = re.compile(re.escape(_STUB).replace(r"\{number\}", r"\d+").replace(r"\{count\}", r"\d+"))
 """A stub's first line (:func:`part_stub`), whatever its numbers."""
 
-__all__ = ["ResultGroup", "is_part_stub", "part_stub", "result_groups", "whole_output"]
+__all__ = [
+    "ResultGroup",
+    "is_part_stub",
+    "part_stub",
+    "result_groups",
+    "shortest_stub",
+    "whole_output",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +106,13 @@ def is_part_stub(text: str) -> bool:
     """Whether ``text`` is a block's stub (:func:`part_stub`): it names no reference,
     so it stands only beside its result's placeholder."""
     return _STUB_RE.match(text) is not None
+
+
+def shortest_stub() -> str:
+    """A text no longer, in tokens, than any block's stub (the first line of the
+    smallest numbers, two tokens short): a block no longer than it needs no stub
+    looked for (a result of thousands of short blocks made thousands every request)."""
+    return _STUB.format(number=2, count=2)[:-4]
 
 
 def part_stub(number: int, count: int, block: Segment) -> tuple[str, tuple[str, ...]]:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
+from ctxwarden.proxy.gc_pauses import freeze_after_full_collections
 from ctxwarden.proxy.listen import MAX_HEADER_BYTES, start_site
 from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.state import STATE
@@ -93,8 +94,11 @@ def install_kill_switch_signal(
 
 
 async def serve_forever(app: web.Application, host: str, port: int) -> None:
-    """Serve until SIGINT/SIGTERM; SIGUSR1 toggles the kill switch."""
+    """Serve until SIGINT/SIGTERM; SIGUSR1 toggles the kill switch. The process's
+    full garbage collections skip what survived the last one
+    (:func:`~ctxwarden.proxy.gc_pauses.freeze_after_full_collections`) while it serves."""
     loop = asyncio.get_running_loop()
+    unhook_gc = freeze_after_full_collections()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -115,6 +119,7 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
         await server.stop()
+        unhook_gc()
 
 
 def _without_credentials(url: str) -> str:
