@@ -12,9 +12,12 @@ A config file is TOML; its tables mirror these models. Errors name the dotted ke
 
 from __future__ import annotations
 
+import contextlib
+import re
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -37,8 +40,10 @@ __all__ = [
     "StoreConfig",
     "config_error",
     "load_config",
+    "masked_url",
     "overrides_of",
     "read_toml",
+    "redacted",
 ]
 
 Mode = Literal["active", "shadow", "exact"]
@@ -166,11 +171,75 @@ def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
     return ConfigError(message, key)
 
 
+_MASK = "***"
+_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)?", re.IGNORECASE)
+"""A ``password=`` of libpq's keyword form, its value quoted or not (or empty)."""
+
+
+def masked_url(url: str) -> str:
+    """``url`` with every password shown as ``***``: the one of the user part of a URL,
+    a ``password`` query parameter (PostgreSQL and Redis URLs take one) and the
+    ``password`` of libpq's keyword form (``host=... password=...``)."""
+    if "://" not in url:  # libpq's keyword form
+        return _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + _MASK, url)
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    user, at, hosts = netloc.rpartition("@")
+    if at and ":" in user:
+        netloc = f"{user.split(':', 1)[0]}:{_MASK}@{hosts}"
+    query = "&".join(
+        f"{key}={_MASK}" if unquote_plus(key).strip().lower() == "password" else item
+        for item in parts.query.split("&")
+        for key in [item.split("=", 1)[0]]
+    )
+    # put together by hand: urlunsplit drops an empty host (unix:///run/redis.sock)
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if "?" in url.split("#", 1)[0] else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
+    )
+
+
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)([^\s@/]*)@")
+"""The password of a URL's user part (``scheme://user:password@host``)."""
+
+
+def redacted(text: str, url: str | None = None) -> str:
+    """``text`` (a store error's message, for a log line) with every password shown as
+    ``***``: the one in ``url`` (the configured store URL) wherever ``text`` repeats
+    it, that of any URL's user part in it, and any ``password=`` value."""
+    if url:
+        secrets: set[str] = set()
+        if "://" in url:
+            with contextlib.suppress(ValueError):
+                parts = urlsplit(url)
+                if parts.password:
+                    secrets |= {parts.password, unquote(parts.password)}
+                for item in parts.query.split("&"):  # a password query parameter
+                    key, _, value = item.partition("=")
+                    if unquote_plus(key).strip().lower() == "password" and value:
+                        secrets |= {value, unquote_plus(value)}
+        for match in _KEYWORD_PASSWORD.finditer(url):
+            if match.group(2):
+                secrets |= {match.group(2), match.group(2).strip("'")}
+        for secret in sorted(secrets, key=len, reverse=True):
+            if secret:
+                text = text.replace(secret, _MASK)
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{_MASK}@", text)
+    return _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + _MASK, text)
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """A TOML file as a dict; a missing or invalid file is a :class:`ConfigError`."""
+    """A TOML file as a dict; a missing or invalid file is a :class:`ConfigError`. A
+    leading UTF-8 byte-order mark is dropped (editors on Windows write one; JSON inputs
+    drop it too). A relative ``data_dir`` or ``[store] path`` string is made relative
+    to the file's folder, not to the current directory (:func:`_relative_to_file`), so
+    a config means the same store from wherever it is used; ``--data-dir``,
+    ``CTXWARDEN_DATA_DIR`` and every other flag or variable keep theirs (the current
+    directory)."""
     p = Path(path)
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(p.read_text(encoding="utf-8").removeprefix("\ufeff"))
     except FileNotFoundError:
         raise ConfigError("file not found", str(p)) from None
     except tomllib.TOMLDecodeError as exc:
@@ -179,6 +248,26 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("not UTF-8 text", str(p)) from None
     except OSError as exc:
         raise ConfigError(f"cannot read ({exc.strerror})", str(p)) from None
+    return _relative_to_file(data, p)
+
+
+def _relative_to_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``data`` read from the file ``path``, its ``data_dir`` and ``store.path`` (when
+    they are non-empty relative path strings) joined to the file's folder; anything
+    else is left for the model to check."""
+    folder = path.parent
+
+    def anchored(value: Any) -> Any:
+        if isinstance(value, str) and value.strip() and not Path(value).is_absolute():
+            return str(folder / value)
+        return value
+
+    if "data_dir" in data:
+        data["data_dir"] = anchored(data["data_dir"])
+    store = data.get("store")
+    if isinstance(store, dict) and "path" in store:
+        store["path"] = anchored(store["path"])
+    return data
 
 
 def load_config(path: str | Path) -> EngineConfig:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import math
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -33,20 +35,42 @@ __all__ = [
     "load_request",
     "load_session",
     "may_hold_wide_integer",
+    "output_plan",
     "parse_json",
     "session_api",
     "session_requests",
+    "write_atomically",
 ]
 
 
 def write_atomically(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all: into a temporary file beside it,
-    then renamed onto it, so a write that fails midway (a full disk) leaves an existing
-    file as it was. Raises :class:`OSError`."""
-    target = Path(path)
+    """Write ``data`` into what ``path`` names, the way :func:`output_plan` decides:
+
+    - ``"replace"``: a regular file (or a new one), the final target of any symlinks
+      (the link stays a link), whole or not at all: into a temporary file beside it,
+      then renamed onto it, so a write that fails midway (a full disk) leaves an
+      existing file as it was; it keeps its mode, and its owner where the user may
+      give it (root; a new file gets what ``open()`` would give it);
+    - ``"in place"``: a writable regular file in a folder that takes no new file is
+      opened and written (not atomically);
+    - ``"direct"``: anything else that exists (a device such as ``/dev/null``, a FIFO
+      such as ``>(jq .)``, what ``/dev/stdout`` names) is opened to append and
+      written, never replaced (a file a shell opened with ``>>`` keeps what it had).
+
+    Raises :class:`OSError` (``IsADirectoryError`` for a folder, or a path ending
+    with ``/``)."""
+    how, target = output_plan(path)
+    if how != "replace":  # direct: appended, so a shell's ``>>`` keeps what was there
+        with open(target, "ab" if how == "direct" else "wb") as out:
+            out.write(data)
+        return
     try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)  # an existing file keeps its mode
+        found: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
+        found = None
+    if found is not None:
+        mode = stat.S_IMODE(found.st_mode)  # an existing file keeps its mode
+    else:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask  # a new one gets what open() would give it
@@ -54,12 +78,83 @@ def write_atomically(path: str | Path, data: bytes) -> None:
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
+        if found is not None and (found.st_uid, found.st_gid) != (os.geteuid(), os.getegid()):
+            with contextlib.suppress(OSError):  # and its owner, where we may give it (root)
+                os.chown(temporary, found.st_uid, found.st_gid)
         os.chmod(temporary, mode)
         os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def output_plan(path: str | Path) -> tuple[str, Path]:
+    """How :func:`write_atomically` writes ``path``, decided without writing anything:
+    ``("direct", path)`` for what exists and is no regular file (checked with
+    :func:`os.access`, not opened: a FIFO with no reader would block), or a regular
+    file reached through an open descriptor (``/dev/stdout``, ``/dev/fd/N``: the
+    shell's redirect keeps writing to that very file); ``("replace", target)`` for a regular
+    file or a new one (``target``: ``path`` with its symlinks resolved) in a folder
+    that takes a new file (tried with a probe file, removed at once: permission bits
+    say nothing for root or on a read-only file system); ``("in place", target)``
+    for an existing regular file whose folder does not (the file itself is opened to
+    append, nothing written, to check it is writable).
+
+    Raises :class:`OSError`: ``IsADirectoryError`` for a folder or a path ending with
+    ``/`` (a folder meant), ``FileNotFoundError`` (its ``filename`` the folder) when
+    the folder is missing, or the error of the file or folder that cannot be
+    written."""
+    text = os.fspath(path)
+    if text.endswith(("/", os.sep)):
+        raise IsADirectoryError(errno.EISDIR, "names a directory (it ends with /)", text)
+    try:
+        found: os.stat_result | None = os.stat(text)
+    except FileNotFoundError:
+        found = None
+    if found is not None and stat.S_ISDIR(found.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), text)
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        if not os.access(text, os.W_OK):  # not opened: a FIFO with no reader would block
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), text)
+        return "direct", Path(text)
+    if found is not None and _through_descriptor(text):
+        with open(text, "ab"):  # opened to append, nothing written
+            pass
+        return "direct", Path(text)
+    target = Path(os.path.realpath(text))
+    if not target.parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "no such directory", str(target.parent))
+    try:
+        handle, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except PermissionError:
+        if found is None:  # a new file cannot be made there at all
+            raise
+        with open(target, "ab"):  # the file itself may still be written
+            pass
+        return "in place", target
+    os.close(handle)
+    os.unlink(probe)
+    return "replace", target
+
+
+_DESCRIPTORS = re.compile(r"/proc/[^/]+/fd")
+
+
+def _through_descriptor(path: str) -> bool:
+    """Whether ``path`` or a symlink on its way is an entry of a ``/proc/<pid>/fd``
+    folder (``/dev/stdout`` and ``/dev/fd/N`` lead there): it names a descriptor a
+    process holds open, not just a file."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        folder = os.path.realpath(os.path.dirname(current))
+        if _DESCRIPTORS.fullmatch(folder):
+            return True
+        entry = os.path.join(folder, os.path.basename(current))
+        if not os.path.islink(entry):
+            return False
+        current = os.path.normpath(os.path.join(folder, os.readlink(entry)))
+    return False
 
 
 def read_bytes(source: str | Path) -> bytes:

@@ -190,7 +190,9 @@ def store_errors(
 ) -> Iterator[None]:
     """Around opening the store of ``config`` (read from the file ``source``, when from
     one) in ``data_dir``: a SQLite store whose folder or file cannot be made or opened
-    is a :class:`StoreError` naming that folder or file; a server store that cannot be
+    is a :class:`StoreError` naming that folder or file (``cannot create the store
+    file X`` when it is not there, ``cannot open the store file X`` when it is or when
+    its folder cannot be entered to tell); a server store that cannot be
     opened is one naming ``store.url`` (and ``source``), and a :class:`ConfigError`
     names ``source`` too."""
     try:
@@ -212,7 +214,8 @@ def store_errors(
         if isinstance(exc, FileExistsError):  # made over a file
             message = f"{where} {name}: not a directory"
         elif isinstance(exc, OSError) and os.path.abspath(name) == os.path.abspath(path):
-            message = f"cannot create the store file {name}: {exc.strerror or exc}"
+            verb = "create" if _missing(path) else "open"
+            message = f"cannot {verb} the store file {name}: {exc.strerror or exc}"
         elif isinstance(exc, OSError):
             message = f"cannot create the {where} {name}: {exc.strerror or exc}"
         elif os.path.abspath(path) in str(exc):  # it names the file already
@@ -220,6 +223,18 @@ def store_errors(
         else:
             message = f"{path}: {exc}"
         raise StoreError(message) from exc
+
+
+def _missing(path: Path) -> bool:
+    """True only when ``path`` is known not to exist: a folder that cannot be entered
+    hides whether it does (the file may be there, so it could not be opened)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def print_json(obj: Any) -> None:

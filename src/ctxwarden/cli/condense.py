@@ -69,6 +69,8 @@ def _request(args: argparse.Namespace, *, exact: bool = False) -> tuple[dict[str
 def _condense(args: argparse.Namespace) -> int:
     if args.session is not None and not args.session.strip():  # would key no session
         raise ConfigError("an empty session key (give a KEY, or leave --session out)", "--session")
+    if args.model is not None and not args.model.strip():  # was taken as no flag
+        raise ConfigError("an empty model name (give a MODEL, or leave --model out)", "--model")
     request, api = _request(args, exact=True)  # printed back: every value as sent
     # the store is opened before condensing: one that cannot be opened (or an invalid
     # [store] table) is an error here, where the engine would fall back silently (exact

@@ -1,7 +1,9 @@
 """``ctxwarden replay``: measure configurations on recorded sessions, or run the scenarios.
 
 Exit status: 0 when everything ran (and, with ``--strict``, every gate and scenario
-passed), 1 when a gate or scenario failed (each one named on stderr), 2 on errors,
+passed; without it, gates given are still checked and each failure is a warning on
+stderr), 1 when a gate or scenario failed under ``--strict`` (each one named on
+stderr), 2 on errors,
 and 2 when inputs were skipped (a file that is not a session or request log or holds no
 request, a session with a request the engine refuses): each is named on stderr and left
 out of every figure, after the table and reports of the rest are written. 141 when the
@@ -18,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,13 @@ from rich.table import Table
 from ctxwarden.cli.common import CliConsole, checked_preset, non_negative_float, non_negative_int
 from ctxwarden.config import config_error, read_toml
 from ctxwarden.errors import ReplayError
-from ctxwarden.io import bundled_sessions
+from ctxwarden.io import bundled_sessions, output_plan
 from ctxwarden.replay.gates import Gates, check_gates, gates_checked, load_gates
 from ctxwarden.replay.inputs import expand_paths
 from ctxwarden.replay.report_html import write_html
 from ctxwarden.replay.report_json import write_json
 from ctxwarden.replay.report_table import print_table
-from ctxwarden.replay.runner import ReplayOptions, run_replay
+from ctxwarden.replay.runner import ReplayOptions, ReplayResult, run_replay
 from ctxwarden.replay.scenario import bundled_scenarios_dir, run_scenarios
 from ctxwarden.replay.subjects import EngineSubject, load_engine_config
 
@@ -198,29 +199,40 @@ def _all_fell_back(name: str, kind: str, aggregate: dict[str, Any]) -> None:
     )
 
 
+def _report_unenforced(result: ReplayResult, gates: Gates) -> None:
+    """Gates given (``--gates``, a ``--config``'s ``[gates]`` table) without
+    ``--strict``: checked and reported on stderr, each failure a warning, but the exit
+    status is not theirs (only ``--strict`` makes a failure exit 1)."""
+    failures = check_gates(result, gates)
+    for line in failures:
+        _note(f"{line}; not enforced: without --strict the exit status ignores gates", "warning")
+    if not failures:
+        checked = gates_checked(result, gates)
+        _note(f"gates passed: {checked} (without --strict a failure is only a warning)")
+
+
 def _check_writable(option: str, out: str) -> None:
-    """Fail before a long replay, not after it, when ``out`` cannot be written: its
-    folder must exist and take a new file (tried with a probe file, removed at once:
-    permission bits say nothing for root or on a read-only or virtual file system),
-    ``out`` must not be a folder, and an existing ``out`` must open for writing.
-    The :class:`ReplayError` names ``option`` and ``out``."""
-    path = Path(out)
+    """Fail before a long replay, not after it, when ``out`` cannot be written the way
+    the report will be (:func:`ctxwarden.io.output_plan`, the rule
+    :func:`~ctxwarden.io.write_atomically` follows): a regular or new file needs a
+    folder that exists and takes a new file, or else (an existing file) to open for
+    writing itself; a device or FIFO (``/dev/null``, ``/dev/stdout``, ``>(jq .)``)
+    must be writable; a folder, or a path ending with ``/``, is refused. The
+    :class:`ReplayError` names ``option`` and ``out``."""
     where = f"{option} {out}"
-    if path.is_dir():
-        raise ReplayError(f"{where}: is a directory, not a file to write")
-    folder = path.parent
-    if not folder.is_dir():
-        raise ReplayError(f"{where}: no such directory {str(folder)!r}")
     try:
-        if path.exists():
-            with path.open("ab"):  # opened to append, nothing written: left as it is
-                pass
-        else:
-            handle, probe = tempfile.mkstemp(dir=folder, prefix=".ctxwarden-replay-")
-            os.close(handle)
-            os.unlink(probe)
+        output_plan(out)
+    except IsADirectoryError:
+        if out.endswith(("/", os.sep)) and not os.path.isdir(out):
+            raise ReplayError(
+                f"{where}: names a directory (it ends with /), not a file to write; "
+                "give a file name"
+            ) from None
+        raise ReplayError(f"{where}: is a directory, not a file to write") from None
     except OSError as exc:
-        what = "this file" if path.exists() else f"a file in {str(folder)!r}"
+        if isinstance(exc, FileNotFoundError) and exc.strerror == "no such directory":
+            raise ReplayError(f"{where}: no such directory {str(exc.filename)!r}") from None
+        what = "this file" if os.path.lexists(out) else f"a file in {str(Path(out).parent)!r}"
         raise ReplayError(f"{where}: cannot write {what} ({exc.strerror or exc})") from None
 
 
@@ -298,7 +310,7 @@ def _replay(args: argparse.Namespace) -> int:
     for option, out in outputs:
         try:
             (write_json if option == "--json" else write_html)(result, out)
-        except OSError as exc:  # the file as it was is left (written whole or not at all)
+        except OSError as exc:  # a regular file as it was is left (written whole or not at all)
             raise ReplayError(f"{option} {out}: cannot write it ({exc.strerror or exc})") from None
     try:
         print_table(result, console)
@@ -322,6 +334,8 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"ctxwarden replay: {line}", file=sys.stderr)
     if args.strict and not failures:
         _note(f"gates passed: {gates_checked(result, gates or Gates())}", "strict")
+    if not args.strict and gates is not None:
+        _report_unenforced(result, gates)
     if result.skipped:
         return 2
     if failures:

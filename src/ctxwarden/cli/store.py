@@ -17,7 +17,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote_plus, urlsplit
 
 from rich.table import Table
 
@@ -30,9 +29,9 @@ from ctxwarden.cli.common import (
     store_errors,
     write_stdout,
 )
-from ctxwarden.config import EngineConfig, StoreConfig, load_config
+from ctxwarden.config import EngineConfig, StoreConfig, load_config, masked_url
 from ctxwarden.engine import DEFAULT_TENANT
-from ctxwarden.errors import ConfigError, RequestError, StoreError
+from ctxwarden.errors import ArtifactMissing, ConfigError, RequestError, StoreError
 from ctxwarden.store import Store, default_data_dir, open_store, sqlite_path
 from ctxwarden.store.recall import MAX_RECALL_LINES, checked_ref, parse_line_range, recall
 
@@ -104,12 +103,17 @@ def _opened(args: argparse.Namespace) -> Iterator[tuple[EngineConfig, Store]]:
 
 def _not_made(path: Path) -> bool:
     """True when no store file is at ``path`` and opening one would only make it
-    (nothing in the way is a file: that is the opening's own, clearer error)."""
-    if path.exists():
+    (nothing in the way is a file: that is the opening's own, clearer error). A
+    folder on the way that cannot be entered is no proof of absence: False, so the
+    opening reports it (``cannot open the store file X: Permission denied``)."""
+    try:
+        if path.exists():
+            return False
+        for parent in path.parents:
+            if parent.exists():
+                return parent.is_dir()
+    except OSError:
         return False
-    for parent in path.parents:
-        if parent.exists():
-            return parent.is_dir()
     return True
 
 
@@ -155,6 +159,23 @@ def _proxy_tenant(variable: str, data_dir: str | None) -> str:
     return TenantKeys(load_or_create_secret(folder)).for_credential(credential)
 
 
+def _hint_credential_env(exc: ArtifactMissing, data_dir: str | None) -> None:
+    """Raise ``exc`` with a hint when ``data_dir`` (else the default one) holds a
+    ``proxy.secret``: the proxy ran there, and what it stored is filed under each
+    client's own tenant, which only ``--credential-env`` reaches."""
+    folder = Path(data_dir) if data_dir else default_data_dir()
+    try:
+        proxied = (folder / "proxy.secret").is_file()
+    except OSError:
+        proxied = False
+    if proxied:
+        raise ArtifactMissing(
+            f"{exc} (for the default tenant; {folder} has a proxy.secret: what the proxy "
+            "stored is each client's own, recalled with --credential-env VAR, VAR the "
+            "environment variable holding the client's API key)"
+        ) from exc
+
+
 def _where(config: EngineConfig, data_dir: str | None) -> str:
     """Which store the command read: the SQLite file, or the server's URL without
     its password."""
@@ -168,35 +189,6 @@ def _where(config: EngineConfig, data_dir: str | None) -> str:
     return masked_url(store.url)
 
 
-_MASK = "***"
-_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)?", re.IGNORECASE)
-"""A ``password=`` of libpq's keyword form, its value quoted or not (or empty)."""
-
-
-def masked_url(url: str) -> str:
-    """``url`` with every password shown as ``***``: the one of the user part of a URL,
-    a ``password`` query parameter (PostgreSQL and Redis URLs take one) and the
-    ``password`` of libpq's keyword form (``host=... password=...``)."""
-    if "://" not in url:  # libpq's keyword form
-        return _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + _MASK, url)
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    user, at, hosts = netloc.rpartition("@")
-    if at and ":" in user:
-        netloc = f"{user.split(':', 1)[0]}:{_MASK}@{hosts}"
-    query = "&".join(
-        f"{key}={_MASK}" if unquote_plus(key).strip().lower() == "password" else item
-        for item in parts.query.split("&")
-        for key in [item.split("=", 1)[0]]
-    )
-    # put together by hand: urlunsplit drops an empty host (unix:///run/redis.sock)
-    return (
-        f"{parts.scheme}://{netloc}{parts.path}"
-        + (f"?{query}" if "?" in url.split("#", 1)[0] else "")
-        + (f"#{parts.fragment}" if parts.fragment else "")
-    )
-
-
 def _recall(args: argparse.Namespace) -> int:
     _check_recall_args(args.ref, args.lines)
     if args.tenant is not None and not args.tenant.strip():  # was taken as the default
@@ -205,7 +197,12 @@ def _recall(args: argparse.Namespace) -> int:
         tenant = args.tenant or DEFAULT_TENANT
         if args.credential_env:
             tenant = _proxy_tenant(args.credential_env, args.data_dir or config.data_dir)
-        found = recall(store, args.ref, args.lines, tenant=tenant)
+        try:
+            found = recall(store, args.ref, args.lines, tenant=tenant)
+        except ArtifactMissing as exc:
+            if args.tenant is None and not args.credential_env:
+                _hint_credential_env(exc, args.data_dir or config.data_dir)
+            raise
     text = found.text
     if not text.endswith("\n"):
         text += "\n"

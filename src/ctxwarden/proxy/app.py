@@ -21,12 +21,14 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import os
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import orjson
 from aiohttp import web
 
+from ctxwarden.config import masked_url, redacted
 from ctxwarden.engine import Engine
 from ctxwarden.memo import set_memo_budget
 from ctxwarden.proxy.engine_thread import EngineThread
@@ -38,7 +40,7 @@ from ctxwarden.proxy.state import STATE, ProxyState
 from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
 from ctxwarden.proxy.upstream import Upstream
 from ctxwarden.proxy.websocket import OPEN_SOCKETS, close_open_sockets
-from ctxwarden.store import default_data_dir
+from ctxwarden.store import default_data_dir, sqlite_path
 from ctxwarden.telemetry import (
     CONTENT_TYPE_LATEST,
     Fanout,
@@ -48,7 +50,7 @@ from ctxwarden.telemetry import (
     Sink,
 )
 
-__all__ = ["ADMIN_PATH", "build_app"]
+__all__ = ["ADMIN_PATH", "build_app", "store_open_failure"]
 
 ADMIN_PATH = "/_ctxwarden/kill-switch"
 _log = logging.getLogger("ctxwarden.proxy")
@@ -160,7 +162,23 @@ def _warm_up(engine: Engine) -> None:
     try:
         _ = engine.store
     except Exception as exc:  # opened on first use instead; /readyz reports it
-        _log.error("store failed to open: %s", type(exc).__name__)
+        _log.error("store failed to open: %s", store_open_failure(engine, exc))
+
+
+def store_open_failure(engine: Engine, exc: Exception) -> str:
+    """Which store of ``engine`` failed to open and why, for the log line at start-up:
+    the SQLite file (or the server's URL, its password shown as ``***``, as ``store
+    stats`` shows it), then ``exc``'s class and message with every password of the URL
+    or in the text redacted (:func:`ctxwarden.config.redacted`). A store error holds
+    no message contents."""
+    store = engine.config.store
+    if store.backend == "sqlite":
+        where = os.path.abspath(sqlite_path(store, engine.config.data_dir))
+    elif store.url:
+        where = f"{store.backend} {masked_url(store.url)}"
+    else:
+        where = store.backend
+    return f"{where}: {type(exc).__name__}: {redacted(str(exc), store.url)}"
 
 
 def _probe_store(engine: Engine) -> None:
