@@ -520,7 +520,14 @@ class Engine:
         seconds first, its requests are returned as given and change no state, on
         every engine sharing the store (the proxy does this for an hour when the
         provider refused the session's rewrite and took the request as the client sent
-        it). Raises :class:`StoreError` when the store fails."""
+        it). Raises :class:`StoreError` when the store fails, and :class:`TypeError` /
+        :class:`ValueError` naming an argument that cannot be right (as condense does;
+        an empty ``session`` names no session)."""
+        if not isinstance(session, str) or not session:
+            raise TypeError(f"session must be a non-empty str, got {session!r}")
+        _check_call(session, None, tenant, False)
+        if isinstance(as_sent_for, bool) or not isinstance(as_sent_for, int | float):
+            raise TypeError(f"as_sent_for must be a number, got {type(as_sent_for).__name__}")
         self._check_open()
         held = min(as_sent_for, _MAX_AS_SENT_SECONDS) if as_sent_for > 0 else 0.0  # NaN: 0
         until = time.time() + held if held else 0.0

@@ -173,3 +173,22 @@ def test_an_explicit_api_is_taken_as_given() -> None:
     with pytest.raises(MalformedRequest):
         engine.condense(_wire(), api="anthropic.messages", one_shot=True)
     assert engine.condense(_wire(), one_shot=True).report["api"] == "openai.chat"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error"),
+    [
+        ((5,), {}, TypeError),
+        (("",), {}, TypeError),
+        (("s",), {"tenant": ""}, ValueError),
+        (("s",), {"as_sent_for": "3600"}, TypeError),
+    ],
+)
+def test_forget_session_refuses_arguments_condense_refuses(
+    args: tuple[Any, ...], kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    # forget_session(5) wrote a state under the key 5 that no condense could name
+    engine = make_engine("balanced", FORCE)
+    with pytest.raises(error):
+        engine.forget_session(*args, **kwargs)
+    engine.forget_session("s", as_sent_for=60)  # a right call still works
