@@ -53,6 +53,7 @@ async def test_one_json_log_line_without_contents_or_secrets(proxy: Proxy) -> No
     assert len(lines) == 1
     line = orjson.loads(lines[0])
     assert line["route"] == "chat" and line["status"] == 200 and line["level"] == "info"
+    assert line["window_source"] == "registry"  # gpt-4o; an unknown model says "fallback"
     for key in ("tokens_before", "tokens_after", "bytes_before", "bytes_after", "overhead_ms",
                 "compaction_step",
                 "upstream_ms", "band", "usage_prompt_tokens", "rollout_reason"):  # fmt: skip

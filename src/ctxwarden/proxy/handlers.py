@@ -1100,4 +1100,5 @@ def _report_fields(record: RequestRecord, report: dict[str, Any], keys: TenantKe
         references=len(report.get("references") or ()), condense_ms=report.get("duration_ms"),
         compaction_step=bool(report.get("compaction_step")),
         thinking_dropped=report.get("thinking_dropped"),
+        window_source=report.get("window_source"),  # "fallback": a model the registry lacks
     )  # fmt: skip

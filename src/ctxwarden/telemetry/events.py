@@ -32,7 +32,7 @@ EVENT_FIELDS: frozenset[str] = frozenset(
         "upstream_status", "upstream_ms", "overhead_ms", "condense_ms", "total_ms",
         "usage_prompt_tokens", "usage_cached_tokens", "usage_completion_tokens",
         "client_disconnected", "stream_cut", "cache_breakpoint", "compaction_step",
-        "thinking_dropped",
+        "thinking_dropped", "window_source",
     }
 )  # fmt: skip
 
