@@ -1,4 +1,5 @@
-"""Text that citations index into is never a part a pass can rewrite."""
+"""Text that citations index into, or that carries its tokens' logprobs, is never a
+part a pass can rewrite."""
 
 from __future__ import annotations
 
@@ -34,6 +35,17 @@ CASES: list[tuple[str, dict[str, Any], int]] = [
         1,
     ),
     (
+        "openai.responses",
+        {"model": "m", "input": [
+            {"role": "user", "content": "q"},
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "output_text", "text": _LONG, "annotations": [], "logprobs": [
+                    {"token": "The", "bytes": [84, 104, 101], "logprob": -0.1,
+                     "top_logprobs": []}]}]},
+            {"role": "user", "content": "more"}]},
+        1,
+    ),
+    (
         "openai.chat",
         {"model": "m", "messages": [
             {"role": "user", "content": "q"},
@@ -47,7 +59,9 @@ CASES: list[tuple[str, dict[str, Any], int]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("api", "request_body", "index"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("api", "request_body", "index"), CASES, ids=[f"{c[0]}-{k}" for k, c in enumerate(CASES)]
+)
 def test_cited_text_is_opaque_and_renders_back(
     api: str, request_body: dict[str, Any], index: int
 ) -> None:

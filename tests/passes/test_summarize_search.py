@@ -43,8 +43,8 @@ def test_the_summary_is_the_one_plain_in_gives(text: str, keep: int) -> None:
 
 
 def test_past_the_budget_a_line_counts_as_not_in_the_lead(monkeypatch: Any) -> None:
-    listing = "\n".join(f"- step {i} touches src/mod_{i}.py" for i in range(40))
-    text = listing + ". Then more. \nsrc/mod_1.py"  # a part of a lead line, not one
+    listing = "; ".join(f"step {i} touches src/mod_{i}.py" for i in range(40))
+    text = listing + ". Then more. \nsrc/mod_1.py"  # a part of the lead, not a line of it
     full, _ = extract_summary.__wrapped__(text, 1)
     assert "\nsrc/mod_1.py" not in full  # searched: the lead holds it
     monkeypatch.setattr(signals, "SEARCH_BUDGET", 0)
@@ -71,3 +71,13 @@ def test_no_lead_sentence_is_a_bare_list_marker(pieces: list[str]) -> None:
     # only the text's own last piece may be a marker (nothing follows it to open)
     for sentence in summarize._sentences("".join(pieces), 30)[:-1]:
         assert not re.search(r"(?:^|\n)\s*\d{1,3}\.$", sentence)
+
+
+def test_a_colon_inside_a_line_does_not_cut_the_lead() -> None:
+    # "ot line 1:" ended the lead, and the whole line followed it as a path line
+    text = "\n".join(f"ot line {i}: checked src/ot/mod_{i}.py value={i * 7} ok" for i in range(40))
+    summary = extract_summary(text, 1)[0]
+    lines = summary.split("\n")
+    assert not any(line.rstrip().endswith(":") for line in lines)
+    assert lines[0].startswith("ot line 0: checked src/ot/mod_0.py value=0 ok")
+    assert sum("ot line 1:" in line for line in lines) == 1

@@ -67,7 +67,13 @@ def _content_parts(
         item_path = (*path, j)
         block = expect_object(item, item_path)
         kind = block.get("type")
-        if isinstance(kind, str) and kind in _TEXT_TYPES and not block.get("annotations"):
+        # annotations and logprobs describe the text they came with: such a text stays
+        if (
+            isinstance(kind, str)
+            and kind in _TEXT_TYPES
+            and not block.get("annotations")
+            and not block.get("logprobs")
+        ):
             text = expect_key(block, "text", str, item_path)
             parts.append(TextPart(text=text, path=(*item_path, "text"), safety=text_safety))
         elif isinstance(kind, str) and kind in _MEDIA_TYPES:

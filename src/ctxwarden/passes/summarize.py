@@ -20,7 +20,10 @@ from ctxwarden.signals import TextSearch, error_lines, is_error_line, paths_in, 
 
 __all__ = ["SummarizePass", "extract_summary"]
 
-_SENTENCE_END = re.compile(r"(?<=[.!?:])\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
+"""A sentence ends at ``.``, ``!`` or ``?`` before a space, and at a line's end (an
+agent's lists, headings and log lines are lines, not sentences). A colon inside a
+line ends none: ``line 1: checked`` cut there left ``line 1:`` as the lead's end."""
 _LIST_MARKER_END = re.compile(r"(?:^|\n)[ \t]*(?:\d{1,3}|[a-zA-Z])\.$")
 """A piece that ends on a numbered list's marker (``... it:\n2.``): the marker opens the
 next sentence, it does not end one."""
