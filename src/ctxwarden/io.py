@@ -13,6 +13,7 @@ import stat
 import sys
 import tempfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -60,6 +61,10 @@ def write_atomically(path: str | Path, data: bytes) -> None:
     Raises :class:`OSError` (``IsADirectoryError`` for a folder, or a path ending
     with ``/``)."""
     how, target = output_plan(path)
+    own = _own_descriptor(str(target)) if how == "direct" else None
+    if own is not None:  # this process's descriptor: written through it, at its offset
+        _write_descriptor(own, data)
+        return
     if how != "replace":  # direct: appended, so a shell's ``>>`` keeps what was there
         with open(target, "ab" if how == "direct" else "wb") as out:
             out.write(data)
@@ -145,16 +150,48 @@ def _through_descriptor(path: str) -> bool:
     """Whether ``path`` or a symlink on its way is an entry of a ``/proc/<pid>/fd``
     folder (``/dev/stdout`` and ``/dev/fd/N`` lead there): it names a descriptor a
     process holds open, not just a file."""
+    return _descriptor_entry(path) is not None
+
+
+def _descriptor_entry(path: str) -> tuple[str, str] | None:
+    """The ``/proc/<pid>/fd`` folder and the entry in it that ``path`` or a symlink on
+    its way is, else ``None``."""
     current = os.path.abspath(path)
     for _ in range(40):  # the kernel's own limit on links followed
         folder = os.path.realpath(os.path.dirname(current))
         if _DESCRIPTORS.fullmatch(folder):
-            return True
+            return folder, os.path.basename(current)
         entry = os.path.join(folder, os.path.basename(current))
         if not os.path.islink(entry):
-            return False
+            return None
         current = os.path.normpath(os.path.join(folder, os.readlink(entry)))
-    return False
+    return None
+
+
+def _own_descriptor(path: str) -> int | None:
+    """The descriptor number when ``path`` names one this process holds open
+    (``/dev/stdout`` is 1): written through it, a report shares the descriptor's
+    offset with what the process prints there (opened anew, a regular file behind
+    ``> out`` got a second offset, and the table printed later overwrote the report)."""
+    found = _descriptor_entry(path)
+    if found is None:
+        return None
+    folder, entry = found
+    if folder != f"/proc/{os.getpid()}/fd" or not entry.isdigit():
+        return None
+    return int(entry)
+
+
+def _write_descriptor(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to descriptor ``fd``, after what Python's own standard
+    streams hold (flushed first, so the order on the descriptor is the order of the
+    calls)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def read_bytes(source: str | Path) -> bytes:
@@ -300,7 +337,7 @@ def guess_api(request: Any) -> str:
     """Best guess of a request's API from its shape (default ``openai.chat``): ``input``,
     ``instructions`` or ``previous_response_id`` is Responses; Anthropic evidence (see
     :func:`anthropic_evidence`) is Messages."""
-    if not isinstance(request, dict):
+    if not isinstance(request, Mapping):
         return "openai.chat"
     if "input" in request or "instructions" in request or "previous_response_id" in request:
         return "openai.responses"
@@ -318,7 +355,7 @@ _API_NAMES = {
 }
 
 
-def anthropic_evidence(request: dict[str, Any]) -> tuple[str | int, ...] | None:
+def anthropic_evidence(request: Mapping[str, Any]) -> tuple[str | int, ...] | None:
     """The JSON path of the first thing in ``request`` that only an Anthropic Messages
     body has: a top-level ``system``, or a content block typed ``tool_use``,
     ``tool_result``, ``thinking`` or ``redacted_thinking`` (its ``type``); ``None``

@@ -127,6 +127,29 @@ def test_a_path_naming_an_open_descriptor_is_written_into_not_replaced(tmp_path:
     assert log.read_bytes() == b"earlier\nreport\n" and log.stat().st_ino == inode
 
 
+def test_a_report_to_the_processs_own_stdout_shares_its_offset(tmp_path: Path) -> None:
+    """``replay --json /dev/stdout > out``: the report went through a second open of
+    the file, with its own offset, and the table printed after it overwrote its start
+    (exit 0, unreadable JSON). Written through descriptor 1 itself, the table follows
+    the report."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.txt"
+    with open(out, "wb") as stdout:  # what the shell's "> out" gives the process
+        done = subprocess.run(
+            [sys.executable, "-m", "ctxwarden", "replay", SESSION, *FAST, "--quiet",
+             "--json", "/dev/stdout"],
+            stdout=stdout, stderr=subprocess.PIPE, timeout=120, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    text = out.read_text()
+    report, end = json.JSONDecoder().raw_decode(text)
+    assert report["files"] == 1
+    assert "ctxwarden replay" in text[end:]  # the table, after the report
+
+
 def test_a_writable_file_in_a_folder_that_takes_no_new_file_is_written_in_place(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,3 +81,13 @@ def test_a_colon_inside_a_line_does_not_cut_the_lead() -> None:
     assert not any(line.rstrip().endswith(":") for line in lines)
     assert lines[0].startswith("ot line 0: checked src/ot/mod_0.py value=0 ok")
     assert sum("ot line 1:" in line for line in lines) == 1
+
+
+def test_a_long_lead_over_a_numbered_list_is_still_a_lead() -> None:
+    # with keep_sentences 12, a list's markers used up the splits and the lead took
+    # the rest of the text (then too long to be a summary at all)
+    items = "\n".join(f"{i}. Change module {i} so that it reads the header." for i in range(1, 40))
+    text = "I found the cause. The fix needs many steps:\n" + items
+    summary = extract_summary(text, 12)[0]  # no error or path line: the lead alone
+    assert summary.endswith("10. Change module 10 so that it reads the header.")  # 12
+    assert "module 11" not in summary

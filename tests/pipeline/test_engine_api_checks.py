@@ -192,3 +192,13 @@ def test_forget_session_refuses_arguments_condense_refuses(
     with pytest.raises(error):
         engine.forget_session(*args, **kwargs)
     engine.forget_session("s", as_sent_for=60)  # a right call still works
+
+
+def test_a_mapping_that_is_no_dict_is_read_as_its_shape_says() -> None:
+    from types import MappingProxyType
+
+    from tests.conftest import load_fixture
+
+    wire = load_fixture("responses_full.json")
+    out = make_engine("balanced", FORCE).condense(MappingProxyType(wire), one_shot=True)
+    assert out.report["api"] == "openai.responses"

@@ -38,9 +38,11 @@ def _stripped_lines(text: str) -> list[str]:
 
 
 def _sentences(text: str, limit: int) -> list[str]:
-    """The first sentences of ``text`` (at most ``limit`` splits), a numbered list's
-    marker kept with the item it opens."""
-    pieces = _SENTENCE_END.split(text.strip(), maxsplit=limit)
+    """The first sentences of ``text`` (at least ``limit`` of them when it has that
+    many, the last one its unsplit rest), a numbered list's marker kept with the item
+    it opens."""
+    # twice: a list's marker is a piece of its own, merged into the item it opens
+    pieces = _SENTENCE_END.split(text.strip(), maxsplit=2 * limit)
     sentences: list[str] = []
     carry = ""
     for piece in pieces:

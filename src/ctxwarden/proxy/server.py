@@ -98,13 +98,13 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
     full garbage collections skip what survived the last one
     (:func:`~ctxwarden.proxy.gc_pauses.freeze_after_full_collections`) while it serves."""
     loop = asyncio.get_running_loop()
-    unhook_gc = freeze_after_full_collections()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     install_kill_switch_signal(app[STATE].kill_switch, loop)
     server = RunningServer(app, host, port)
     await server.start()
+    unhook_gc = freeze_after_full_collections()  # only once serving (a failed start: none)
     try:
         state = app[STATE]
         s = state.settings
