@@ -45,8 +45,10 @@ reads (lone surrogate escapes) included. An id the fake never gave is not checke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import signal
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -421,13 +423,25 @@ def _stdlib_loads(body: bytes) -> Any:
 
 
 async def run_fake_upstream(host: str, port: int, text: str | None = None) -> None:
-    """Serve a fake until cancelled (``ctxwarden fake-upstream``)."""
+    """Serve a fake until cancelled, or until SIGINT or SIGTERM (``ctxwarden
+    fake-upstream``)."""
     fake = FakeUpstream(
         default=Reply(text=text) if text else None, keep_received=LONG_RUNNING_RECEIVED
     )
     await fake.start(host, port)
     print(f"fake upstream listening on {fake.url}", flush=True)
+    # SIGINT and SIGTERM stop it, also where they were ignored when it started (a
+    # shell's background job ignores SIGINT, and so would a child inheriting it)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    handled = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            handled.append(sig)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
         await fake.stop()
