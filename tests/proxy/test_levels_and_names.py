@@ -90,7 +90,8 @@ async def test_an_upstream_timeout_is_a_warning_streamed_or_not(make_proxy: Prox
         ):
             assert r.status == 504
             message = (await r.json())["error"]["message"]
-        assert message == f"upstream {proxy.fake.host}:{proxy.fake.port} did not answer within 0.3s"
+        # the client is told what failed, not where (the log names the upstream)
+        assert message == "upstream did not answer within 0.3s"
         whole = proxy.recorder.last(route="chat")
         proxy.fake.script(Reply(text="one two three", chunk_delay=2.0))
         async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
@@ -111,7 +112,7 @@ async def test_an_unreachable_upstream_is_a_warning_named_by_host_never_by_key(
     port = free_port()
     # a URL holding a user name, password, query or fragment is refused when serve
     # starts; a path may still hold a key (gateways put one there), and the message
-    # names the host and port alone
+    # names neither (the client is told what failed; the log line names host and port)
     dead = f"http://127.0.0.1:{port}/base/sk-in-path"
     plain = {"Content-Type": "application/json", "Authorization": "Bearer sk-client"}
     async with make_proxy(openai_upstream=dead) as proxy:
@@ -122,7 +123,8 @@ async def test_an_unreachable_upstream_is_a_warning_named_by_host_never_by_key(
             assert r.status == 502
             message = (await r.json())["error"]["message"]
         event = proxy.recorder.last(route="chat")
-    assert message == f"upstream 127.0.0.1:{port} unavailable: ClientConnectorError"
+    assert message == "upstream unavailable: ClientConnectorError"
+    assert "127.0.0.1" not in message
     assert event["level"] == "warning" and "sk-" not in orjson.dumps(event).decode()
 
 
@@ -275,7 +277,7 @@ async def test_a_connect_timeout_names_the_connect_limit(make_proxy: ProxyFactor
         ):
             assert r.status == 504
             message = (await r.json())["error"]["message"]
-        assert message == f"upstream 127.0.0.1:{port}: no connection within 0.3s"
+        assert message == "upstream: no connection within 0.3s"
     finally:
         for filler in fillers:
             filler.close()

@@ -211,14 +211,16 @@ def test_a_stream_shows_what_the_answer_would_show(output: list[dict[str, Any]])
         assert flt.tangled and shown == []
 
 
-def test_a_stream_that_showed_the_round_already_shows_its_reasoning_after_all() -> None:
-    """Asking again would leave the response the client was shown without an end: the
-    hidden reasoning goes out after all (what the proxy did before)."""
+def test_a_stream_that_showed_the_round_already_keeps_its_reasoning_hidden() -> None:
+    """Asking again would leave the response the client was shown without an end, so
+    the round stands; the reasoning before the recall call stays hidden with it (shown,
+    a client keeping its history sent it back without the item that followed it and
+    was refused: helper-120's review)."""
     output = [_item("message", 0), _item("reasoning", 1), _item("recall", 2),
               _item("read", 3)]  # fmt: skip
     flt, shown = _streamed(output)
     assert not flt.tangled
-    assert [i["id"] for i in shown] == ["msg_0", "rs_1", "fc_3"]
+    assert [i["id"] for i in shown] == ["msg_0", "fc_3"]
 
 
 # -- after helper-99's review -----------------------------------------------------
@@ -239,8 +241,8 @@ async def test_a_round_that_showed_items_before_it_tangles_is_never_thrown_away(
     proxy: Proxy, stream: bool
 ) -> None:
     """Round 2 shows one of the client's calls, then tangles. A stream showed that call
-    already: the round stands (its hidden reasoning goes out after all) and the client
-    can answer what it saw; a whole answer shows nothing of it and asks again."""
+    already: the round stands (the reasoning before its recall call stays hidden) and
+    the client can answer what it saw; a whole answer shows nothing of it and asks again."""
     asked = _asked(proxy)
     recall = _recall(proxy)
     arguments = orjson.dumps(recall.arguments).decode()

@@ -94,7 +94,8 @@ def test_metrics_sink_counts_savings_fallbacks_and_recall_rounds() -> None:
                "tokens_saved": 40, "recall_rounds": 2, "overhead_ms": 3.0, "upstream_ms": 9.0,
                "fallback_reason": "StoreError"})  # fmt: skip
     r = metrics.registry
-    assert r.get_sample_value("ctxwarden_tokens_saved_total", {"route": "chat"}) == 40
+    labels = {"route": "chat", "mode": "active"}
+    assert r.get_sample_value("ctxwarden_tokens_saved_total", labels) == 40
     assert r.get_sample_value("ctxwarden_recall_rounds_total", {"route": "chat"}) == 2
     assert r.get_sample_value("ctxwarden_fallbacks_total", {"route": "chat", "kind": "store"}) == 1
     assert ProxyMetrics().registry is not r  # one registry per app

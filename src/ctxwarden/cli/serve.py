@@ -92,6 +92,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also start the bundled fake upstream on a free loopback port and send both "
         "APIs there: try the proxy with one command [CTXWARDEN_FAKE_UPSTREAM=1]",
     )
+    p.add_argument(
+        "--kill-switch",
+        action="store_true",
+        default=None,
+        help="start with the kill switch engaged: every request forwarded as sent until "
+        "it is released (SIGUSR1, the admin endpoint); the switch itself is not kept "
+        "across restarts [CTXWARDEN_KILL_SWITCH=1]",
+    )
     p.set_defaults(handler=_serve)
 
     p = sub.add_parser("fake-upstream", help="run the scripted fake OpenAI/Anthropic upstream")
@@ -169,6 +177,8 @@ def settings_from_args(
             mode=values["--mode"],
             canary_percent=values["--canary-percent"],
             admin_token=values["--admin-token"],
+            kill_switch=bool(getattr(args, "kill_switch", None))
+            or env_flag(env, "CTXWARDEN_KILL_SWITCH"),
             data_dir=values["--data-dir"],
             read_timeout=values["--read-timeout"],
             max_body_bytes=values["--max-body-bytes"],

@@ -71,6 +71,7 @@ def build_app(
     """A ready-to-run app; the engine stays owned by the caller (not closed here).
 
     ``tenant_secret`` defaults to the per-data-dir secret (created on first use).
+    Without ``kill_switch`` the app's switch starts as ``settings.kill_switch`` says.
     ``settings.memo_mb``, when given, sets the process's memo budget.
     """
     settings = settings or ProxySettings()
@@ -87,10 +88,12 @@ def build_app(
         tenants=TenantKeys(tenant_secret),
         telemetry=telemetry,
         metrics=metrics,
-        kill_switch=kill_switch or KillSwitch(),
+        kill_switch=kill_switch or KillSwitch(engaged=settings.kill_switch),
         executor=EngineThread("ctxwarden-engine"),
     )
     metrics.watch_engine(state.executor.queued)
+    if state.kill_switch.engaged:  # as a switch flipped later is logged (rollout.py)
+        _log.warning("kill switch engaged at start")
     # Handlers read bodies from the stream themselves (the API routes have no cap, or
     # forward past it): ``client_max_size`` bounds only ``request.read()`` (admin).
     app = web.Application(client_max_size=settings.max_body_bytes)

@@ -116,6 +116,7 @@ from ctxwarden.proxy.state import REFUSED_SECONDS, STATE, Hold, ProxyState, Requ
 from ctxwarden.proxy.tenant import TenantKeys
 from ctxwarden.proxy.upstream import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from ctxwarden.proxy.websocket import forward_websocket, is_websocket_upgrade
+from ctxwarden.telemetry.events import model_label
 
 __all__ = ["handle_condensed", "handle_forward"]
 
@@ -182,11 +183,13 @@ async def _run(
     except UpstreamTimeout as exc:
         status = 504
         record.upstream_failed(type(exc).__name__)
-        return _error(family, 504, str(exc))
+        _log.warning("%s", exc)  # names the upstream (host and port); the client is not told
+        return _error(family, 504, exc.public)
     except UpstreamUnavailable as exc:
         status = 502
         record.upstream_failed(type(exc).__name__)
-        return _error(family, 502, str(exc))
+        _log.warning("%s", exc)
+        return _error(family, 502, exc.public)
     except ClientGone as exc:  # the connection is closing: never end the answer cleanly
         status = record.client_left()
         if request.transport is not None:
@@ -297,9 +300,9 @@ async def _count_tokens(ex: Exchange, record: RequestRecord) -> web.StreamRespon
         if quick.mode != "active":  # outside the canary: its turns go as sent, and so does it
             return await as_its_turns_go()
     result = await _adopted(state, parsed, session, tenant)
-    if result is None:
+    out = None if result is None else await _written(result.request, len(raw))
+    if out is None:
         return await relay(ex, raw, record)
-    out = await orjson_dump(result.request, len(raw))
     record.set(bytes_after=len(out))
     record.mode = "active"
     coded = ex.server_decoded or decoded.coded
@@ -379,14 +382,14 @@ def _adopted_on_refusal(
 
     async def rescue(refusal: web.Response | None) -> web.StreamResponse:
         result = await _adopted(ex.state, parsed, session, tenant)
-        if result is None:
+        out = None if result is None else await _written(result.request, size)
+        if out is None:
             if last is not None:  # the state is lost (or this is the client's own change)
                 return await last(refusal)
             if refusal is not None:
                 return refusal
             ex.decoded = ex.server_decoded  # it could not be read: asked again, as sent
             return await relay(ex, raw, record)
-        out = await orjson_dump(result.request, size)
         record.set(
             bytes_before=size, bytes_after=len(out), fallback_reason=_ADOPTED_NOW, fallbacks=1
         )
@@ -422,6 +425,9 @@ def _dropping_on_refusal(
         body = refusal.body if isinstance(refusal.body, bytes) else None
         if not is_prefix_mismatch(body):
             return refusal
+        written = await _written(dropping, size)
+        if written is None:  # nested deeper than orjson writes: the refusal is the answer
+            return refusal
         record.set(bytes_before=size, fallback_reason=_DROPPED_NOW, fallbacks=1)
         record.at_least("warning")
 
@@ -431,7 +437,7 @@ def _dropping_on_refusal(
             record.set(fallback_reason=_DROP_REFUSED)
             return refusal
 
-        response = await _send_dropping(ex, record, dropping, size, coded, refused_too)
+        response = await _send_dropping(ex, record, written, coded, refused_too)
         if response.status < 400:
             ex.state.remember_drop(tenant, session)
         return response
@@ -440,13 +446,12 @@ def _dropping_on_refusal(
 
 
 async def _send_dropping(
-    ex: Exchange, record: RequestRecord, dropping: dict[str, Any], size: int, coded: bool,
+    ex: Exchange, record: RequestRecord, out: bytes, coded: bool,
     on_refused: Refused | None = None,
 ) -> web.StreamResponse:  # fmt: skip
-    """Send ``dropping`` (a request asking the API to drop thinking blocks bound to a
-    different conversation, written plain; ``size``: the request's bytes as read,
-    ``coded``: they came content-encoded) with the beta value the setting needs."""
-    out = await orjson_dump(dropping, size)
+    """Send ``out`` (a request asking the API to drop thinking blocks bound to a
+    different conversation, written plain: :func:`_written`; ``coded``: the client's
+    body came content-encoded) with the beta value the setting needs."""
     record.set(bytes_after=len(out))
     ex.decoded = ex.server_decoded or coded
     ex.beta = True
@@ -460,6 +465,49 @@ async def _json_object(data: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+async def _written(value: Any, size: int) -> bytes | None:
+    """``value`` (a request, about ``size`` bytes) as orjson writes it, off the event
+    loop when large (:func:`orjson_dump`), or ``None`` when orjson cannot write it: it
+    reads JSON nested up to 1024 levels but writes at most 255, so a client's request
+    nested deeper (a tool's schema, a tool call's input) can be read, not written. Such
+    a request then goes as the client sent it (:func:`_unwritable`): ctxwarden never
+    fails a request the upstream would take."""
+    try:
+        return await orjson_dump(value, size)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return None
+
+
+def _unread(report: dict[str, Any]) -> bool:
+    """Whether the engine could not read the request (:func:`Engine.condense` returned it
+    unchanged, fallback reason ``unreadable: ...``): it goes as the client sent it,
+    without the recall tool, since a request ctxwarden adds to may not be written
+    either. JSON nested deeper than orjson writes is the client's input (the reason
+    becomes :data:`_UNWRITABLE`, at warning); anything else the proxy parsed and the
+    engine could not read is ctxwarden's failure (at error)."""
+    reason = report.get("fallback_reason")
+    return isinstance(reason, str) and reason.startswith("unreadable")
+
+
+async def _whose_unread(report: dict[str, Any], parsed: Any, size: int) -> dict[str, Any]:
+    """``report``, its fallback reason :data:`_UNWRITABLE` (the client's input) when the
+    engine could not read the request (:func:`_unread`) because orjson cannot write it
+    (``parsed``, about ``size`` bytes: :func:`_written`)."""
+    if _unread(report) and await _written(parsed, size) is None:
+        return {**report, "fallback_reason": _UNWRITABLE}
+    return report
+
+
+async def _unwritable(as_sent: _AsSent, on_refused: Refused | None) -> web.StreamResponse:
+    """A request whose rewrite (or recall tool) cannot be written (:func:`_written`):
+    the client's input, sent as the client sent it, at warning (fallback kind
+    ``client``)."""
+    as_sent.undone()
+    as_sent.record.set(fallback_reason=_UNWRITABLE)
+    as_sent.record.at_least("warning")
+    return await as_sent.relay(on_refused=on_refused)
 
 
 async def _unreadable(family: Family) -> web.Response:
@@ -554,7 +602,7 @@ async def _condense_one(
     body = decoded.data
     record.set(bytes_before=len(body), bytes_after=len(body))
     try:
-        parsed = orjson.loads(body)
+        parsed = await orjson_load(body)  # off the event loop when large (bodies.py)
     except orjson.JSONDecodeError as exc:
         if not await stdlib_parses_object(body):
             if quick.mode == "shadow":  # transparent: the upstream judges it
@@ -583,7 +631,7 @@ async def _condense_one(
     if quick.key is not None and responses and stored(parsed):
         ex.canary = (tenant, quick.key)  # kept under the id of the answer (rollout.py)
     if quick.mode == "shadow":  # known before condensing: the client does not wait for it
-        job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant, quick)
+        job = _ShadowJob(parsed, api, session, wanted, server_mode, tenant, quick, len(body))
         return await _shadow_first(ex, record, job, quick, raw, decoded.coded, owed, len(body))
     decided = quick if quick.reason == "canary_in" else None
     # a request to a model that binds thinking to its prefix waits for its condense:
@@ -608,16 +656,17 @@ async def _condense_one(
         decision = unsplit(state, wanted, server_mode) if state.kill_switch.engaged else quick
         result, failure = None, None
         _note_load_limit(record, f"engine thread busy for over {wait:g} s")
-        model = parsed.get("model")
-        record.set(model=model if isinstance(model, str) else None)
+        record.set(model=model_label(parsed.get("model")))
     _note_decision(record, state, decision, parsed)
     if decision.key is not None and responses and stored(parsed):
         ex.canary = (tenant, decision.key)  # kept under the id of the answer (rollout.py)
     as_sent = _AsSent(ex, record, raw, parsed, owed, decoded.coded, len(body))
-    # sent as the client sent it without the engine's word: with the session's adopted
-    # replacements if the upstream refuses thinking produced after them
+    # sent as the client sent it without the engine's word (a failed condense, an engine
+    # thread behind, or a decision that is no longer active: the kill switch came on
+    # while it was queued, or the engine thread put it outside the canary): with the
+    # session's adopted replacements if the upstream refuses thinking produced after them
     rescue = None
-    if bound and (failure is not None or result is None):
+    if bound and (failure is not None or result is None or decision.mode != "active"):
         rescue = _adopted_on_refusal(
             ex, record, raw, parsed, session, tenant, decoded.coded, len(body)
         )
@@ -627,15 +676,20 @@ async def _condense_one(
     # a dropped request goes on as one the engine left unchanged: an agent still gets
     # the recall tool, so its tool list (the start of its cached prompt) never changes
     report: dict[str, Any] = result.report if result is not None else {}
+    unread = _unread(report)
+    report = await _whose_unread(report, parsed, len(body))
     if result is not None:
         _report_fields(record, report, state.tenants)
     session_key = report.get("session")
+    if unread:  # as sent, without the recall tool (a request added to cannot be written)
+        return await as_sent.relay(on_refused=rescue or as_sent.dropping(tenant, session_key))
     if decision.mode == "active" and bound and state.drops_blocks(tenant, session_key):
         dropping = dropping_blocks(parsed)
-        if dropping is not None:  # accepted only so lately: asked so at once
+        written = None if dropping is None else await _written(dropping, len(body))
+        if written is not None:  # accepted only so lately: asked so at once
             as_sent.undone()
             record.set(fallback_reason=_DROPPING_BEFORE)
-            return await _send_dropping(ex, record, dropping, len(body), decoded.coded)
+            return await _send_dropping(ex, record, written, decoded.coded)
     if decision.mode == "active" and (report.get("as_sent") or state.refuses(tenant, session_key)):
         # refused lately (here, or on a replica: the session's state says so)
         as_sent.undone()
@@ -645,21 +699,24 @@ async def _condense_one(
         return await as_sent.relay(on_refused=as_sent.dropping(tenant, session_key))
     # sent without the engine's word (a cache breakpoint added at most): rescued as above
     refused = rescue or as_sent.on_refused(state, tenant, session_key)
-    out, outgoing = body, parsed
+    out: bytes | None = body
+    outgoing = parsed
     if decision.mode == "active" and result is not None and report.get("rewritten"):
         outgoing = result.request
-        out = orjson.dumps(outgoing)
-    if decision.mode == "active" and api == "anthropic.messages":
+        out = await _written(outgoing, len(body))
+    if out is not None and decision.mode == "active" and api == "anthropic.messages":
         marked = with_step_breakpoint(outgoing, report.get("step_start"))
         if marked is not None:  # the next step's rewrite then starts after a cache entry
             outgoing = marked
-            out = orjson.dumps(outgoing)
+            out = await _written(outgoing, len(body))
             record.set(cache_breakpoint=True)
-    if owed:
+    if out is not None and owed:
         settled = settle(outgoing, owed)
         if settled is not outgoing:
             outgoing = settled
-            out = orjson.dumps(outgoing)
+            out = await _written(outgoing, len(body))
+    if out is None:  # JSON nested deeper than orjson writes: the client's, as sent
+        return await _unwritable(as_sent, rescue or as_sent.dropping(tenant, session_key))
     record.set(bytes_after=len(out))
     # from here on a body ctxwarden wrote goes out plain: the client's coding is dropped
     ex.decoded = ex.server_decoded or decoded.coded
@@ -670,9 +727,11 @@ async def _condense_one(
     ):
         injected = DIALECTS[api].inject(outgoing)
         if injected is not None:
+            data = await _written(injected, len(out))
+            if data is None:  # the tool's nesting passed orjson's limit: as sent
+                return await _unwritable(as_sent, rescue or as_sent.dropping(tenant, session_key))
             record.set(recall_injected=True, recall_rounds=0)
             stream = bool(parsed.get("stream"))
-            data = orjson.dumps(injected)
             return await relay_with_recall(
                 ex, api, injected, data, tenant, record, stream, on_refused=refused
             )
@@ -720,7 +779,12 @@ async def _as_sent(
     settled = settle(parsed, owed)
     if settled is parsed:
         return await relay(ex, raw, record)
-    out = await (stdlib_dump(settled) if stdlib else orjson_dump(settled, len(body)))
+    try:
+        out = await (stdlib_dump(settled) if stdlib else orjson_dump(settled, len(body)))
+    except (TypeError, ValueError, RecursionError):  # nested too deep to write: as sent
+        record.set(fallback_reason=_UNWRITABLE, fallbacks=1)
+        record.at_least("warning")
+        return await relay(ex, raw, record)
     record.set(bytes_after=len(out))
     # a body ctxwarden wrote goes out plain: the client's coding is dropped
     ex.decoded = ex.server_decoded or decoded.coded
@@ -816,8 +880,9 @@ def _note_load_limit(record: RequestRecord, limit: str) -> None:
 def _note_failure(record: RequestRecord, failure: str | None) -> None:
     """A request sent without its condense: at error when ctxwarden failed; at warning
     when the request was malformed (:func:`_malformed_at`; the client's fault, relayed
-    for the upstream to judge)."""
-    if failure is not None and failure.startswith(_MALFORMED):
+    for the upstream to judge) or over a limit (``limit: ...``, ``--max-messages``: a
+    client or load signal, as :func:`_note_load_limit`'s)."""
+    if failure is not None and failure.startswith((_MALFORMED, "limit:")):
         record.at_least("warning")
     else:
         record.level = "error"
@@ -851,6 +916,9 @@ class _ShadowJob:
     server_mode: Mode
     tenant: str
     decision: Decision
+    size: int = 0
+    """The bytes of the body as read (how :func:`_written` writes it: off-loop past
+    :data:`~.bodies.INLINE_PARSE_BYTES`)."""
 
 
 async def _shadow_first(
@@ -874,7 +942,11 @@ async def _shadow_first(
         rescue = _adopted_on_refusal(ex, record, raw, job.parsed, job.session, job.tenant,
                                      coded, size)  # fmt: skip
         return await relay(ex, raw, record, on_refused=rescue)
-    out = orjson.dumps(outgoing)
+    out = await _written(outgoing, size)
+    if out is None:  # nested deeper than orjson writes: as sent, without what is owed
+        record.set(fallback_reason=_UNWRITABLE, fallbacks=1)
+        record.at_least("warning")
+        return await relay(ex, raw, record)
     record.set(bytes_after=len(out))
     # a body ctxwarden wrote goes out plain: the client's coding is dropped
     ex.decoded = ex.server_decoded or coded
@@ -886,8 +958,14 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
     engine's report) and nothing else; never raises except when cancelled, so what
     the engine does, fails or returns never reaches the client. One that has not
     started within ``max_engine_wait`` is skipped: stale work that would only delay
-    the requests queued behind it (its event says so, without token figures)."""
+    the requests queued behind it (its event says so, without token figures).
+
+    What the request's own exchange recorded by the time the condense ends - a rescue
+    of the request as sent after a refusal (adopted replacements, ``drop_block``) - is
+    what was sent: its ``fallback_reason`` and ``fallbacks`` are kept over the
+    condense's (:func:`_relay_fallback`)."""
     wait = state.settings.max_engine_wait
+    kept: dict[str, Any] = {}
     try:
         try:
             ran, outcome = await run_within(
@@ -896,6 +974,10 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
             )  # fmt: skip
         except _Malformed as exc:  # forwarded as sent: the upstream judges it
             ran, outcome = True, (exc.decision, None, _malformed_at(exc))
+        report = getattr(outcome[1], "report", None) if ran and outcome is not None else None
+        if isinstance(report, dict):
+            report = await _whose_unread(report, job.parsed, job.size)
+        kept = _relay_fallback(record)  # after the last await: nothing records it since
         if not ran or outcome is None:
             _note_load_limit(record, f"engine thread busy for over {wait:g} s")
             return
@@ -904,13 +986,23 @@ async def _shadow_condense(state: ProxyState, record: RequestRecord, job: _Shado
         if failure is not None or result is None:
             _note_failure(record, failure)
             return
-        report = result.report
         if not isinstance(report, dict):
             raise TypeError(f"report is a {type(report).__name__}")
         _report_fields(record, report, state.tenants)
     except Exception as exc:  # a broken shadow result costs its event fields, no more
         _log.error("shadow condense failed: %s", type(exc).__name__)
+        kept = _relay_fallback(record)  # no fallback of the condense recorded yet
         _note_failure(record, type(exc).__name__)
+    finally:
+        record.set(**kept)
+
+
+def _relay_fallback(record: RequestRecord) -> dict[str, Any]:
+    """The fallback a shadow request's exchange recorded (only its relay records one
+    while the condense runs: a refusal's rescue), to keep over the condense's."""
+    if not record.fields.get("fallback_reason"):
+        return {}
+    return {key: record.fields.get(key) for key in ("fallback_reason", "fallbacks")}
 
 
 def _offers_recall(request: dict[str, Any], references: bool) -> bool:
@@ -992,10 +1084,15 @@ class _AsSent:
         )
 
     async def relay(self, on_refused: Refused | None = None) -> web.StreamResponse:
-        if self.owed:
+        """Send it: the client's bytes, or its body with what it is owed, written plain
+        (the client's bytes after all when that cannot be written: :func:`_written`)."""
+        out = await _written(settle(self.parsed, self.owed), self.size) if self.owed else None
+        if out is not None:
             self.ex.decoded = self.ex.server_decoded or self.coded
-            out = orjson.dumps(settle(self.parsed, self.owed))
             return await relay(self.ex, out, self.record, on_refused=on_refused)
+        if self.owed:  # nested deeper than orjson writes: as sent, without what is owed
+            self.record.set(fallback_reason=_UNWRITABLE, fallbacks=1)
+            self.record.at_least("warning")
         self.ex.decoded = self.ex.server_decoded
         return await relay(self.ex, self.raw, self.record, on_refused=on_refused)
 
@@ -1036,6 +1133,7 @@ async def _forget(state: ProxyState, tenant: str, session: Any) -> None:
 
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"
+_UNWRITABLE = "proxy: JSON nested deeper than ctxwarden writes (255 levels; forwarded as sent)"
 _WIDE_INTEGER = "proxy: an integer past 64 bits (forwarded as sent)"
 
 
@@ -1084,14 +1182,17 @@ def _condense_sync(
 
 
 def _report_fields(record: RequestRecord, report: dict[str, Any], keys: TenantKeys) -> None:
+    """The engine's report on ``record``; its fallback sets the level
+    (:func:`_fallback_level`)."""
     before = int(report.get("tokens_before") or 0)
     after = int(report.get("tokens_after") or before)
     transforms = report.get("transforms") or {}
     reason = report.get("fallback_reason")
-    if reason and ("Store" in str(reason) or "Artifact" in str(reason)):
-        record.level = "error"
+    if reason:
+        record.at_least(_fallback_level(str(reason)))
     record.set(
-        session=keys.session_label(report.get("session")), model=report.get("model"),
+        session=keys.session_label(report.get("session")),
+        model=model_label(report.get("model")),  # a plain model name, else "other"
         tokens_before=before, tokens_after=after, tokens_saved=before - after,
         saving_percent=round(100 * (before - after) / before, 2) if before else 0.0,
         transforms={k: v for k, v in transforms.items() if isinstance(v, dict)},
@@ -1102,3 +1203,16 @@ def _report_fields(record: RequestRecord, report: dict[str, Any], keys: TenantKe
         thinking_dropped=report.get("thinking_dropped"),
         window_source=report.get("window_source"),  # "fallback": a model the registry lacks
     )  # fmt: skip
+
+
+def _fallback_level(reason: str) -> str:
+    """The log level of a request the engine sent as it came (its ``fallback_reason``),
+    by docs/proxy.md's contract: ``warning`` for what is not ctxwarden's fault but
+    needs a look - a rewrite its own validation refused (``validation: ...``, the
+    safety net working) or a request nested deeper than orjson writes
+    (:data:`_UNWRITABLE`, the client's input); ``error`` for ctxwarden's own failures -
+    the store, a condense that raised (the reason is the exception's class: a bug), a
+    request the proxy parsed and the engine could not read (``unreadable: ...``)."""
+    if reason.startswith(("validation", _UNWRITABLE)):
+        return "warning"
+    return "error"

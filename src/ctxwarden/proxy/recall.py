@@ -15,6 +15,16 @@ Contract:
   another tenant is indistinguishable from one that never existed.
 - Answers are bounded (``max_recall_bytes``, line ranges capped by the store) and
   are never condensed again in the same turn: continuations go upstream as built.
+- A turn (every round of one client request) is bounded as a whole
+  (:class:`TurnBudget`): at most ``max_recall_calls`` calls are answered, a call
+  asking again for a ``(ref, lines)`` answered earlier in the turn gets a short note
+  naming that call instead of the text (not a stripped call answered for the request
+  that continues a stored Responses response: that one gets the text), and the
+  recalled text of all the turn's
+  answers together is at most ``max_recall_bytes`` (an answer past it is cut at it,
+  saying so; one once it is spent says so): each continuation resends every earlier
+  answer, and without these bounds repeated calls could grow it past the model's
+  context, failing a request that fits uncondensed.
 - Errors become a short tool answer the model can read; they never fail the request.
 """
 
@@ -36,6 +46,7 @@ __all__ = [
     "RecallAnswer",
     "RecallCall",
     "RoundResult",
+    "TurnBudget",
     "answer_call",
     "parse_arguments",
     "tool_description",
@@ -111,10 +122,13 @@ def parse_arguments(arguments: str | dict[str, Any]) -> tuple[str, str | None]:
 
 
 def answer_call(
-    recall: Callable[..., Recalled], call: RecallCall, *, tenant: str, max_bytes: int
-) -> RecallAnswer:
+    recall: Callable[..., Recalled], call: RecallCall, *, tenant: str, max_bytes: int,
+    turn_cap: int | None = None,
+) -> RecallAnswer:  # fmt: skip
     """Answer one call with ``recall(ref, lines, tenant=...)`` (blocking; run off-loop):
-    :meth:`~ctxwarden.engine.Engine.recalled`, which says where the line cap cut."""
+    :meth:`~ctxwarden.engine.Engine.recalled`, which says where the line cap cut.
+    ``max_bytes`` bounds the text; ``turn_cap`` (the turn's whole budget, when that is
+    what ``max_bytes`` is left of) makes a cut say the turn's limit was reached."""
     try:
         ref, lines = parse_arguments(call.arguments)
         found = recall(ref, lines, tenant=tenant)
@@ -134,10 +148,16 @@ def answer_call(
     encoded = text.encode("utf-8")
     if len(encoded) > max_bytes:
         cut = encoded[:max_bytes].decode("utf-8", "ignore")
-        text = (
-            f"{cut}\n[ctxwarden_recall: truncated; {found.lines} lines in all, "
-            "ask for a line range]"
-        )
+        if turn_cap is not None:
+            text = (
+                f"{cut}\n[ctxwarden_recall: truncated at this turn's limit of {turn_cap:,} "
+                f"bytes of recalled text; {found.lines} lines in all]"
+            )
+        else:
+            text = (
+                f"{cut}\n[ctxwarden_recall: truncated; {found.lines} lines in all, "
+                "ask for a line range]"
+            )
     elif found.cut_at is not None and found.wanted is not None:
         text = (
             f"{text}\n[ctxwarden_recall: cut at line {found.cut_at:,} of {found.lines:,} "
@@ -145,3 +165,66 @@ def answer_call(
             f"{found.cut_at + 1}-{found.wanted}]"
         )
     return RecallAnswer(call.call_id, text, True)
+
+
+@dataclass(slots=True)
+class TurnBudget:
+    """What the recall answers of one turn (every round of one client request) may
+    still give (see module contract). One per turn; not thread-safe (the proxy's event
+    loop screens and spends, the store read in between runs off it)."""
+
+    max_calls: int
+    """Calls answered per turn; later ones get a short refusal."""
+    max_bytes: int
+    """Bytes of recalled text per turn, all answers together."""
+    calls: int = 0
+    used: int = 0
+    seen: dict[tuple[str, str | None], str] = field(default_factory=dict)
+    """``(ref, lines)`` answered in this turn: the call id that got the text."""
+
+    def screen(self, call: RecallCall, *, dedupe: bool = True) -> RecallAnswer | None:
+        """Count ``call``; the answer it gets without a store read (past the call
+        limit, a repeat, the bytes spent), or ``None``: read it, within
+        :meth:`left`, then :meth:`spend` its answer. ``dedupe`` false: a repeat is
+        answered in full (a stripped call answered for the request that continues
+        the response, :mod:`ctxwarden.proxy.owed`, gets its text as it would alone)."""
+        self.calls += 1
+        if self.calls > self.max_calls:
+            text = f"ctxwarden_recall: at most {self.max_calls} calls per turn"
+            return RecallAnswer(call.call_id, text, False, "limit")
+        key = self._key(call) if dedupe else None
+        earlier = None if key is None else self.seen.get(key)
+        if earlier is not None:
+            text = (
+                f"ctxwarden_recall: already answered in this turn (call {earlier}); "
+                "its text is above, not repeated"
+            )
+            return RecallAnswer(call.call_id, text, True)
+        if self.left() <= 0:
+            text = (
+                f"ctxwarden_recall: this turn's limit of {self.max_bytes:,} bytes of "
+                "recalled text is reached; answer with what you have"
+            )
+            return RecallAnswer(call.call_id, text, False, "limit")
+        return None
+
+    def left(self) -> int:
+        """Bytes of recalled text this turn may still give."""
+        return self.max_bytes - self.used
+
+    def spend(self, call: RecallCall, answer: RecallAnswer) -> None:
+        """Count ``answer`` (given to ``call`` after a store read) against the turn."""
+        if not answer.ok:
+            return  # an error may be worth asking again (a store back up)
+        self.used += len(answer.text.encode("utf-8"))
+        key = self._key(call)
+        if key is not None:
+            self.seen.setdefault(key, call.call_id)
+
+    @staticmethod
+    def _key(call: RecallCall) -> tuple[str, str | None] | None:
+        try:
+            ref, lines = parse_arguments(call.arguments)
+        except RequestError:
+            return None
+        return ref, None if lines is None else lines.strip()

@@ -26,7 +26,9 @@ Contract:
   a stream the upstream cuts off, stalls past the read timeout or refuses to
   continue ends with an error event in the API's shape where the stream is at an
   event boundary (recall streams), and then the client connection is ABORTED, never
-  ended cleanly, so no client takes a truncated answer for a complete one.
+  ended cleanly, so no client takes a truncated answer for a complete one; an upstream
+  error event in any round of a recall stream, the first included, ends the turn the
+  same way after it (no further round is asked: :func:`_stream_round`).
 - A client that disconnects raises :class:`ClientGone` out of a write (or cancels
   the handler); the upstream response is then closed, which aborts the upstream
   request. Once a stream's final event was written (``[DONE]``, ``message_stop``,
@@ -50,6 +52,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -67,7 +70,7 @@ from ctxwarden.proxy.block_binding import with_beta
 from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.reasoning_links import one_call_at_a_time
-from ctxwarden.proxy.recall import RecallAnswer, RoundResult, answer_call
+from ctxwarden.proxy.recall import RecallAnswer, RoundResult, TurnBudget, answer_call
 from ctxwarden.proxy.rollout import canary_name
 from ctxwarden.proxy.sse import SSESplitter, Usage, ends_stream
 from ctxwarden.proxy.state import ProxyState, RequestRecord
@@ -329,7 +332,7 @@ async def _relay_streamed(
             if final:
                 record.final_event_sent(out.status)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        error = translate_read_error(exc, upstream.url)
+        error = translate_read_error(exc)
         record.set(error_type=type(error).__name__)
         record.cut(504 if isinstance(error, UpstreamTimeout) else 502)
         _abort(ex.request)  # mid-event bytes may be out: no error event, only the cut
@@ -368,7 +371,7 @@ async def _read(upstream: aiohttp.ClientResponse) -> bytes:
     try:
         return await upstream.read()
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise translate_read_error(exc, upstream.url) from exc
+        raise translate_read_error(exc) from exc
 
 
 def _loads(data: bytes) -> Any:
@@ -379,25 +382,32 @@ def _loads(data: bytes) -> Any:
 
 
 async def _answer(
-    state: ProxyState, result: RoundResult, tenant: str, record: RequestRecord
-) -> list[RecallAnswer]:
+    state: ProxyState, result: RoundResult, tenant: str, record: RequestRecord,
+    budget: TurnBudget, *, owed_only: bool = False,
+) -> list[RecallAnswer]:  # fmt: skip
+    """Answer a round's recall calls within the turn's ``budget`` (counted per turn,
+    not per round: :class:`~.recall.TurnBudget`); ``owed_only``: stripped calls,
+    answered only for the request that continues the response (:mod:`.owed`), whose
+    repeats get the text again."""
     loop = asyncio.get_running_loop()
-    limit = state.settings.max_recall_calls
+    per_call = state.settings.max_recall_bytes
     answers = []
-    for i, call in enumerate(result.calls):
-        if i >= limit:
-            text = f"ctxwarden_recall: at most {limit} calls per turn"
-            answers.append(RecallAnswer(call.call_id, text, False, "limit"))
+    for call in result.calls:
+        screened = budget.screen(call, dedupe=not owed_only)
+        if screened is not None:
+            answers.append(screened)
             continue
-        answer = await loop.run_in_executor(  # a store read: never behind a condense
-            state.store_reads,
-            lambda c=call: answer_call(  # type: ignore[misc]
-                state.engine.recalled,
-                c,
-                tenant=tenant,
-                max_bytes=state.settings.max_recall_bytes,
-            ),
-        )
+        left = budget.left()
+        work = functools.partial(
+            answer_call,
+            state.engine.recalled,
+            call,
+            tenant=tenant,
+            max_bytes=min(per_call, left),
+            turn_cap=budget.max_bytes if left < per_call else None,
+        )  # a store read, run in the store pool: never behind a condense
+        answer = await loop.run_in_executor(state.store_reads, work)
+        budget.spend(call, answer)
         answers.append(answer)
     errors = [a.error for a in answers if not a.ok]
     fields = record.fields
@@ -408,6 +418,12 @@ async def _answer(
     if "store" in errors:
         record.level = "error"
     return answers
+
+
+def _budget(state: ProxyState) -> TurnBudget:
+    """A new turn's recall budget (see :mod:`ctxwarden.proxy.recall`)."""
+    settings = state.settings
+    return TurnBudget(settings.max_recall_calls, settings.max_recall_bytes)
 
 
 async def relay_with_recall(
@@ -423,23 +439,44 @@ async def relay_with_recall(
     stream of the same rounds shows it (:meth:`~.dialects.Dialect.with_earlier`).
     A 400 to the first round is not the answer when ``on_refused`` is given: its
     answer is (see :func:`relay`).
+
+    Streamed, an upstream that answers the first round with a whole JSON body
+    instead of a stream (it ignored ``stream``) is answered as a non-streamed turn
+    would be, and the client gets JSON as that upstream gave it.
     """
     if stream:
         return await _stream_loop(ex, api, request, body, tenant, record, on_refused)
+    return await _whole_loop(ex, api, request, body, tenant, record, on_refused)
+
+
+_Answer = tuple[int, CIMultiDict[str], bytes]
+"""An upstream answer read whole: status, headers to relay, body."""
+
+
+async def _whole_loop(
+    ex: Exchange, api: str, request: dict[str, Any], body: bytes, tenant: str,
+    record: RequestRecord, on_refused: Refused | None, first: _Answer | None = None,
+) -> web.StreamResponse:  # fmt: skip
+    """The non-streamed recall loop (see :func:`relay_with_recall`); ``first``: the
+    first round's answer, read already (its upstream time counted by the caller)."""
     dialect = DIALECTS[api]
     state = ex.state
+    budget = _budget(state)
     asked = request  # what the client sent (with our tool): answers must not show it
     rounds = 0
     earlier: list[dict[str, Any]] = []  # the rounds that called recall, stripped
     while True:
-        started = time.perf_counter()
-        try:
-            async with ex.open(body) as upstream:
-                record.headers_in(time.perf_counter() - started)
-                data = await _read(upstream)
-                status, headers = upstream.status, response_headers(upstream.headers)
-        finally:  # a round the client left (the handler cancelled) counts too
-            record.add_upstream(time.perf_counter() - started)
+        if first is not None:
+            (status, headers, data), first = first, None
+        else:
+            started = time.perf_counter()
+            try:
+                async with ex.open(body) as upstream:
+                    record.headers_in(time.perf_counter() - started)
+                    data = await _read(upstream)
+                    status, headers = upstream.status, response_headers(upstream.headers)
+            finally:  # a round the client left (the handler cancelled) counts too
+                record.add_upstream(time.perf_counter() - started)
         record.set(upstream_status=status, recall_rounds=rounds)
         if on_refused is not None and not rounds and status == REFUSED_STATUS:
             return await on_refused(web.Response(body=data, status=status, headers=headers))
@@ -464,7 +501,7 @@ async def relay_with_recall(
             return web.Response(body=orjson.dumps(hidden or shown), status=status, headers=headers)
         if result.other_calls or rounds >= state.settings.max_recall_rounds:
             if api == "openai.responses" and owed.stored(asked):
-                answers = await _answer(state, result, tenant, record)
+                answers = await _answer(state, result, tenant, record, budget, owed_only=True)
                 await _owe(state, tenant, obj.get("id"), owed.outputs(answers), record)
             ex.answered(obj.get("id"))
             stripped = dialect.with_earlier(dialect.strip(obj), earlier)
@@ -472,7 +509,7 @@ async def relay_with_recall(
                 body=orjson.dumps(dialect.hide(stripped, asked) or stripped), headers=headers
             )
         earlier.append(dialect.strip(obj))
-        answers = await _answer(state, result, tenant, record)
+        answers = await _answer(state, result, tenant, record, budget)
         request = _continuation(dialect, request, result, answers, rounds, state)
         body = orjson.dumps(request)
         rounds += 1
@@ -534,11 +571,13 @@ async def _stream_loop(
     rounds = 0
     owing = flt if isinstance(flt, ResponsesFilter) and owed.stored(request) else None
     debt: list[Any] = []  # what the stored response the client sees lacks (Responses)
+    budget = _budget(state)
     while True:
         if isinstance(flt, ResponsesFilter):  # a tangled round is asked again within it
             flt.may_ask_again = rounds < state.settings.max_recall_rounds
         started = time.perf_counter()
         refused = False
+        whole: _Answer | None = None
         try:
             async with ex.open(body) as upstream:
                 record.headers_in(time.perf_counter() - started)
@@ -548,6 +587,11 @@ async def _stream_loop(
                 )
                 if refused:
                     refusal = await _refusal(upstream)
+                elif out is None and upstream.status == 200 and not _is_sse(upstream):
+                    # it ignored ``stream``: a whole answer, whose recall calls must
+                    # not reach the client either (see relay_with_recall)
+                    headers = response_headers(upstream.headers)
+                    whole = (upstream.status, headers, await _read(upstream))
                 else:
                     if out is None and upstream.status == 200 and _is_sse(upstream):
                         out = web.StreamResponse(
@@ -562,11 +606,13 @@ async def _stream_loop(
                 raise
             record.set(error_type=type(exc).__name__)
             status = 504 if isinstance(exc, UpstreamTimeout) else 502
-            return await _fail(ex.request, out, flt, status, b"", str(exc), record)
+            return await _fail(ex.request, out, flt, status, b"", exc.public, record)
         finally:  # however the round ended, the client leaving included
             record.add_upstream(time.perf_counter() - started)
         if on_refused is not None and refused:
             return await on_refused(refusal)
+        if whole is not None:
+            return await _whole_loop(ex, api, request, body, tenant, record, on_refused, whole)
         result = flt.round_result()
         if isinstance(flt, ResponsesFilter) and flt.tangled:  # nothing of it was shown
             # (it tangles only while the round limit allows asking again)
@@ -580,7 +626,7 @@ async def _stream_loop(
             debt += result.assistant or []  # a later round than the response the client sees
         if not result.calls or result.other_calls or rounds >= state.settings.max_recall_rounds:
             break
-        answers = await _answer_owing(state, result, tenant, record, owing, debt)
+        answers = await _answer_owing(state, result, tenant, record, budget, owing, debt)
         request = _continuation(dialect, request, result, answers, rounds, state)
         body = orjson.dumps(request)
         rounds += 1
@@ -591,7 +637,7 @@ async def _stream_loop(
         ex.answered(flt.client_response_id())
     if owing is not None:
         if result.calls:  # stripped: answered for the next request
-            await _answer_owing(state, result, tenant, record, owing, debt, last=True)
+            await _answer_owing(state, result, tenant, record, budget, owing, debt, last=True)
         elif debt:  # the last round's items (its id was announced earlier)
             await _shielded(state, _owe(state, tenant, owing.client_response_id(), debt, record))
     await _write(out, b"".join(flt.finish()))
@@ -607,7 +653,12 @@ async def _stream_round(
 ) -> web.StreamResponse | None:  # fmt: skip
     """Relay one round of a streamed recall loop to ``out`` (prepared by the caller for
     a round that streams; ``None`` before the first): the response that ends the loop
-    (an error answered, the stream cut), or ``None`` to go on (see module contract)."""
+    (an error answered, the stream cut), or ``None`` to go on (see module contract).
+
+    An upstream error event ends the turn in any round, the first included: it went
+    out as the upstream sent it, and nothing follows it (no recall call of the round
+    answered, no continuation billed, no ending that would pass the answer as
+    complete); the connection is aborted and the request counted as a cut 502."""
     if out is None or upstream.status != 200 or not _is_sse(upstream):
         data = await _read(upstream)
         if out is None:
@@ -620,9 +671,10 @@ async def _stream_round(
     finally:  # the id the client was shown, if any, cut off or not
         if isinstance(flt, ResponsesFilter) and flt.announced():
             ex.answered(flt.response_id)
-    if rounds and (flt.errored or not flt.round_ended()):
-        # a continuation that failed or stopped short: never the previous round's
-        # ending, which would pass a truncated answer as complete
+    if flt.errored or (rounds and not flt.round_ended()):
+        # an error event, or a continuation that stopped short: never the previous
+        # round's ending, which would pass a truncated answer as complete (a first
+        # round that ends short with no error event passes as a plain relay would)
         record.set(error_type="UpstreamIncomplete")
         if flt.errored:  # its error event went out already
             record.cut(502)
@@ -635,7 +687,8 @@ async def _stream_round(
 
 async def _answer_owing(
     state: ProxyState, result: RoundResult, tenant: str, record: RequestRecord,
-    owing: ResponsesFilter | None, debt: list[Any], *, last: bool = False,
+    budget: TurnBudget, owing: ResponsesFilter | None, debt: list[Any], *,
+    last: bool = False,
 ) -> list[RecallAnswer]:  # fmt: skip
     """Answer a streamed round's recall calls; once the client was shown a response id
     (or in the ``last`` round, whose id the client then sees), add the answers to
@@ -646,14 +699,14 @@ async def _answer_owing(
     client goes away meanwhile (shielded from the handler's cancellation)."""
 
     async def work() -> list[RecallAnswer]:
-        answers = await _answer(state, result, tenant, record)
+        answers = await _answer(state, result, tenant, record, budget, owed_only=last)
         if owing is not None and (last or owing.announced()):
             debt.extend(owed.outputs(answers))
             await _owe(state, tenant, owing.client_response_id(), debt, record)
         return answers
 
     if owing is None:
-        return await _answer(state, result, tenant, record)
+        return await _answer(state, result, tenant, record, budget)
     return await _shielded(state, work())
 
 
@@ -700,6 +753,6 @@ async def _pump(
         for event in splitter.flush():
             await _write(out, b"".join(flt.process(event)))
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise translate_read_error(exc, upstream.url) from exc
+        raise translate_read_error(exc) from exc
     finally:
         usage.round_done(record.usage)

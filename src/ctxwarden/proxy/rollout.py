@@ -66,7 +66,10 @@ _MODES: tuple[Mode, ...] = ("active", "shadow", "exact")
 
 
 class KillSwitch:
-    """Process-wide "exact for everyone" flag, flipped by signal or admin endpoint."""
+    """Process-wide "exact for everyone" flag, flipped by signal or admin endpoint.
+
+    It lives in this process's memory: a restart releases it, unless the proxy starts
+    with it engaged (``ProxySettings.kill_switch``, ``serve --kill-switch``)."""
 
     def __init__(self, engaged: bool = False) -> None:
         self.engaged = engaged

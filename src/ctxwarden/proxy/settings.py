@@ -33,6 +33,11 @@ class ProxySettings:
     mode: Mode | None = None  # None: the engine config's mode
     canary_percent: float = 100.0
     admin_token: str | None = None
+    kill_switch: bool = False
+    """Start with the kill switch engaged (every request exact). The switch lives in the
+    process's memory: flipped by ``SIGUSR1`` or the admin endpoint, it is lost on a
+    restart, so an operator who needs it to hold across one starts with this
+    (``--kill-switch``, ``CTXWARDEN_KILL_SWITCH=1``)."""
     data_dir: str | None = None
     connect_timeout: float = 10.0
     read_timeout: float = 600.0  # between bytes from the upstream

@@ -3,7 +3,9 @@
 A filter sees every SSE event of one upstream round and returns the bytes to
 forward now. Everything that is not the recall tool streams through immediately
 (except a Responses reasoning item, held until the next item shows whether it may be
-shown: :mod:`.reasoning_links`); the recall tool's events are swallowed, and the
+shown: :mod:`.reasoning_links`, and a Chat tool call whose name so far could still be
+the recall tool's: :meth:`ChatFilter._split_calls`); the recall tool's events are
+swallowed, and the
 round's final events (finish chunk, usage chunk and ``[DONE]``;
 ``message_delta``/``message_stop``; ``response.completed``) are held until the proxy
 knows whether another round follows. Across rounds the
@@ -112,6 +114,10 @@ class ChatFilter(StreamFilter):
         self._done = False
         self._recall: dict[int, dict[str, str]] = {}
         self._others: dict[int, int] = {}
+        self._pending: dict[int, list[dict[str, Any]]] = {}
+        """Tool-call deltas held per index while its name may still become the recall
+        tool's (see :meth:`_split_calls`)."""
+        self._names: dict[int, str] = {}
         self._content: list[str] = []
 
     def process(self, event: SSEEvent) -> list[bytes]:
@@ -119,8 +125,9 @@ class ChatFilter(StreamFilter):
         if event.data == "[DONE]":
             self._done = True
         if self._finished or event.data == "[DONE]":
+            out = self._flush_pending()  # a stream that ends with no finish chunk
             self.held.append(event.raw if obj is None else self._retag(obj))
-            return []
+            return out
         if not isinstance(obj, dict):
             return [event.raw]
         if obj.get("error"):
@@ -142,9 +149,15 @@ class ChatFilter(StreamFilter):
                 changed = True
             if isinstance(delta.get("content"), str):
                 self._content.append(delta["content"])
-            if delta.get("tool_calls"):
-                kept = self._split_calls(delta["tool_calls"])
-                if len(kept) != len(delta["tool_calls"]) or kept != delta["tool_calls"]:
+            calls = delta.get("tool_calls")
+            if (calls and isinstance(calls, list)) or (
+                choice.get("finish_reason") and self._pending
+            ):
+                given = calls if isinstance(calls, list) else []
+                kept = self._split_calls(given)
+                if choice.get("finish_reason"):  # every call is whole by now
+                    kept += self._release_pending()
+                if len(kept) != len(given) or kept != given:
                     changed = True
                     delta = {k: v for k, v in delta.items() if k != "tool_calls"}
                     if kept:
@@ -175,19 +188,81 @@ class ChatFilter(StreamFilter):
         self._role_sent = self._role_sent or announces
         return chunks
 
-    def _split_calls(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        kept = []
+    def _split_calls(self, calls: list[Any]) -> list[Any]:
+        """The tool-call deltas of a chunk the client gets now (renumbered without the
+        recall calls). Calls are gathered per ``index`` as the openai SDK gathers
+        them: name and argument pieces joined, the id kept once given; a name the
+        server repeats whole on every delta (some OpenAI-compatible ones do) counts
+        once. The deltas of an index are held while its name so far is empty or a
+        prefix of the recall tool's, until the name tells (it is the recall tool's,
+        or cannot become it) or the call is whole (a later index starts, the finish
+        chunk, the end): then a recall call's deltas are swallowed and a client
+        call's go out as they came, so the client never sees a recall call, nor a
+        call without its name, id or first argument pieces."""
+        kept: list[Any] = []
         for call in calls:
+            if not isinstance(call, dict):
+                kept.append(call)
+                continue
             index = call.get("index", 0)
-            fn = call.get("function") or {}
-            if fn.get("name") == RECALL_TOOL_NAME:
-                self._recall[index] = {"id": call.get("id") or "", "args": fn.get("arguments", "")}
+            if index in self._others:
+                kept.append(self._renumbered(index, call))
             elif index in self._recall:
-                self._recall[index]["args"] += fn.get("arguments") or ""
+                self._gather(index, call)
             else:
-                mapped = self._others.setdefault(index, len(self._others))
-                kept.append(call if mapped == index else {**call, "index": mapped})
+                for earlier in [i for i in self._pending if i != index]:
+                    kept += self._release(earlier)  # a later call started: it is whole
+                self._pending.setdefault(index, []).append(call)
+                fn = call.get("function")
+                piece = fn.get("name") if isinstance(fn, dict) else None
+                name = self._names.get(index, "")
+                if isinstance(piece, str) and piece and piece != name:  # not a repeat
+                    name += piece
+                self._names[index] = name
+                if name == RECALL_TOOL_NAME:
+                    self._recall[index] = {"id": "", "args": ""}
+                    for held in self._pending.pop(index):
+                        self._gather(index, held)
+                elif name and not RECALL_TOOL_NAME.startswith(name):
+                    kept += self._release(index)
         return kept
+
+    def _gather(self, index: int, call: dict[str, Any]) -> None:
+        """Add a delta of the recall call at ``index``: the id once, argument pieces."""
+        entry = self._recall[index]
+        if not entry["id"] and isinstance(call.get("id"), str):
+            entry["id"] = call["id"]
+        fn = call.get("function")
+        pieces = fn.get("arguments") if isinstance(fn, dict) else None
+        if isinstance(pieces, str):
+            entry["args"] += pieces
+
+    def _renumbered(self, index: int, call: dict[str, Any]) -> dict[str, Any]:
+        mapped = self._others[index]
+        return call if mapped == index else {**call, "index": mapped}
+
+    def _release(self, index: int) -> list[dict[str, Any]]:
+        """The held deltas of the call at ``index``, a client's call after all."""
+        self._others.setdefault(index, len(self._others))
+        return [self._renumbered(index, call) for call in self._pending.pop(index, [])]
+
+    def _release_pending(self) -> list[dict[str, Any]]:
+        """Every held call's deltas, in the order the calls started (they are whole)."""
+        out: list[dict[str, Any]] = []
+        for index in list(self._pending):
+            out += self._release(index)
+        return out
+
+    def _flush_pending(self) -> list[bytes]:
+        """A chunk carrying the calls still held, for a stream ending without a finish
+        chunk that released them (none when nothing is held)."""
+        calls = self._release_pending()
+        if not calls:
+            return []
+        chunk = {**self.identity, "object": "chat.completion.chunk",
+                 "choices": [{"index": 0, "delta": {"tool_calls": calls},
+                              "finish_reason": None}]}  # fmt: skip
+        return [encode_event(chunk)]
 
     def _retag(self, obj: dict[str, Any]) -> bytes:
         """A chunk with the stream's identity (:attr:`identity`) where it has its own."""
@@ -195,6 +270,8 @@ class ChatFilter(StreamFilter):
         return encode_event({**obj, **differs} if differs else obj)
 
     def round_result(self) -> RoundResult:
+        for index, entry in self._recall.items():  # a server that gave no id: one made
+            entry["id"] = entry["id"] or f"call_{RECALL_TOOL_NAME}_{index}"
         calls = [RecallCall(c["id"], c["args"]) for c in self._recall.values()]
         tool_calls = [
             {"id": c["id"], "type": "function",
@@ -203,7 +280,8 @@ class ChatFilter(StreamFilter):
         ]  # fmt: skip
         content = "".join(self._content) or None
         assistant = {"role": "assistant", "content": content, "tool_calls": tool_calls}
-        return RoundResult(calls, len(self._others), assistant)
+        others = len(self._others) + len(self._pending)  # held ones: a stream cut short
+        return RoundResult(calls, others, assistant)
 
     def _patched(self) -> list[bytes]:
         if not self._recall or self._others:
@@ -431,7 +509,10 @@ class ResponsesFilter(StreamFilter):
         call); an item after hidden reasoning tangles the round, unless the client was
         shown some of this round already (asking again would leave it items of a round
         that is thrown away) or the round limit is reached (:attr:`may_ask_again`):
-        then the hidden reasoning is shown after all, as before."""
+        then the round stands and that reasoning stays hidden with its recall call, as
+        a whole answer past the limit shows it (shown, it would come without the item
+        that followed it, which OpenAI refuses when a client keeping its own history
+        sends it back)."""
         item = obj.get("item")
         if self.tangled:
             self._recall.add(index)
@@ -453,7 +534,8 @@ class ResponsesFilter(StreamFilter):
                 self.tangled = True
                 self._recall.add(index)
                 return []
-            out = self._release(self._unshown)
+            self._recall.update(self._unshown)  # hidden for good: its events swallowed
+            self._unshown.clear()
         self._after_unshown = False
         self._map[index] = self.offset
         self.offset += 1

@@ -16,9 +16,13 @@ Contract:
 - A request body is ``bytes``, an async iterable of chunks (streamed, never held
   whole) or ``None``.
 - aiohttp errors are translated where they enter: :class:`UpstreamTimeout` (the
-  proxy answers 504) and :class:`UpstreamUnavailable` (502), both ``from`` the cause,
-  their message naming the upstream by its host and port only (:func:`upstream_name`:
-  never a user name, password, path or query, where gateways put keys).
+  proxy answers 504) and :class:`UpstreamUnavailable` (502), both ``from`` the cause.
+  A failure to connect or to get the headers names the upstream by its host and port
+  only (:func:`upstream_name`: never a user name, password, path or query, where
+  gateways put keys); :attr:`UpstreamError.public`, the message for clients, names no
+  address (an internal gateway's address is no client's business), and neither does
+  a failure reading a body (:func:`translate_read_error`), which a recall stream
+  sends the client in an error event.
 """
 
 from __future__ import annotations
@@ -62,7 +66,13 @@ Body = bytes | AsyncIterable[bytes] | None
 
 
 class UpstreamError(CtxwardenError):
-    """The upstream could not be reached or did not answer in time."""
+    """The upstream could not be reached or did not answer in time. ``str()`` may name
+    the upstream's host and port (for the operator); :attr:`public` is the message
+    for a client, naming no address."""
+
+    def __init__(self, message: str, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = message if public is None else public
 
 
 class UpstreamUnavailable(UpstreamError):
@@ -126,7 +136,7 @@ class Upstream:
             connector=connector,
             timeout=self.timeout,
             auto_decompress=True,
-            skip_auto_headers=("User-Agent", "Content-Type"),
+            skip_auto_headers=("User-Agent", "Content-Type", "Accept"),
         )
 
     @asynccontextmanager
@@ -147,16 +157,19 @@ class Upstream:
                 method, url, headers=sent, data=body, allow_redirects=False
             )
         except aiohttp.ConnectionTimeoutError as exc:
+            said = f"no connection within {self.timeout.connect}s"
             raise UpstreamTimeout(
-                f"upstream {upstream_name(url)}: no connection within {self.timeout.connect}s"
+                f"upstream {upstream_name(url)}: {said}", f"upstream: {said}"
             ) from exc
         except TimeoutError as exc:
+            said = f"did not answer within {self._limit()}"
             raise UpstreamTimeout(
-                f"upstream {upstream_name(url)} did not answer within {self._limit()}"
+                f"upstream {upstream_name(url)} {said}", f"upstream {said}"
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:
+            said = f"unavailable: {type(exc).__name__}"
             raise UpstreamUnavailable(
-                f"upstream {upstream_name(url)} unavailable: {type(exc).__name__}"
+                f"upstream {upstream_name(url)} {said}", f"upstream {said}"
             ) from exc
         try:
             yield response
@@ -173,13 +186,12 @@ class Upstream:
         await self.session.close()
 
 
-def translate_read_error(exc: BaseException, url: object = None) -> UpstreamError:
-    """Map an error raised while reading a response body (``url``: the request's,
-    for the upstream's name)."""
-    where = "upstream" if url is None else f"upstream {upstream_name(str(url))}"
+def translate_read_error(exc: BaseException) -> UpstreamError:
+    """Map an error raised while reading a response body; its message names no
+    address (it reaches clients: see module contract)."""
     if isinstance(exc, TimeoutError):
-        return UpstreamTimeout(f"{where} stalled while sending the body")
-    return UpstreamUnavailable(f"{where} body failed: {type(exc).__name__}")
+        return UpstreamTimeout("upstream stalled while sending the body")
+    return UpstreamUnavailable(f"upstream body failed: {type(exc).__name__}")
 
 
 def upstream_name(url: str) -> str:

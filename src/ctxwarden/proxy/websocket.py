@@ -96,10 +96,15 @@ async def forward_websocket(
         )
     except aiohttp.WSServerHandshakeError as exc:
         status = exc.status if 400 <= exc.status < 600 else 502
-        message = f"upstream {upstream_name(url)} refused the WebSocket: {exc.message}"
+        # the client is told what failed, not where: the upstream's address is the
+        # operator's (the log line names it)
+        _log.warning("upstream %s refused a WebSocket: %s", upstream_name(url), exc.status)
+        message = f"upstream refused the WebSocket: {exc.message}"
         return web.json_response({"error": {"message": message}}, status=status)
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        message = f"upstream {upstream_name(url)} unavailable: {type(exc).__name__}"
+        _log.warning("upstream %s unavailable for a WebSocket: %s", upstream_name(url),
+                     type(exc).__name__)  # fmt: skip
+        message = f"upstream unavailable: {type(exc).__name__}"
         return web.json_response({"error": {"message": message}}, status=502)
     chosen = (upstream.protocol,) if upstream.protocol else ()
     client = web.WebSocketResponse(protocols=chosen, max_msg_size=0, autoclose=False)

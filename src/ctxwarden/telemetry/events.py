@@ -15,10 +15,14 @@ Contract:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["EVENT_FIELDS", "Fanout", "LogSink", "MemoryRecorder", "Sink"]
+__all__ = [
+    "EVENT_FIELDS", "MAX_COUNT", "Fanout", "LogSink", "MemoryRecorder", "Sink", "count",
+    "model_label",
+]  # fmt: skip
 
 #: The fields a request event may carry (documentation and a guard in tests).
 EVENT_FIELDS: frozenset[str] = frozenset(
@@ -37,6 +41,37 @@ EVENT_FIELDS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 _log = logging.getLogger("ctxwarden.telemetry")
+
+MAX_COUNT = 2**53
+"""The largest count a sink takes (a float counter is exact up to it); a figure past it,
+or below 0, comes from a misbehaving upstream (its ``usage``) and is dropped."""
+
+
+def count(value: Any) -> int | None:
+    """``value`` as a count a sink may add (an ``int``, not a ``bool``, in
+    ``0..MAX_COUNT``; an integral float too), else ``None``."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    return None
+
+
+MODEL_OTHER = "other"
+"""What an event says for a model string that is no plain model name (:func:`model_label`)."""
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9._:/@+\-]{1,128}")
+
+
+def model_label(value: Any) -> str | None:
+    """The client's ``model`` as an event may carry it: a plain model name (letters,
+    digits and ``. _ : / @ + -``, at most 128 characters: every provider's names,
+    Bedrock ARNs and fine-tune ids included) as sent; any other string (longer, with
+    spaces, control characters, a query string: it may hold a secret, and a log line
+    must stay short) is ``"other"``, never quoted in part; a non-string is ``None``."""
+    if not isinstance(value, str):
+        return None
+    return value if _MODEL_NAME.fullmatch(value) else MODEL_OTHER
 
 
 @runtime_checkable

@@ -39,8 +39,28 @@ class JsonFormatter(logging.Formatter):
             out["level"] = record.levelname.lower()
         if record.exc_info and record.exc_info[0] is not None:
             out["exc_type"] = record.exc_info[0].__name__
-        line = orjson.dumps(out, default=str).decode()
+        try:
+            line = orjson.dumps(out, default=str).decode()
+        except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits, a key no str
+            line = orjson.dumps(_writable(out), default=str).decode()
         return line.translate(_LINE_BREAKS)  # one line for every splitter
+
+
+def _writable(value: Any, depth: int = 0) -> Any:
+    """``value`` as orjson can write it: an integer past 64 bits (an upstream's usage
+    figures summed past them) becomes ``None``, a key that is no string its ``str``,
+    anything nested past a few levels (an event is flat) ``str``."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else None
+    if depth > 8:
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _writable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_writable(v, depth + 1) for v in value]
+    return value
 
 
 LIBRARY_LOGGERS = ("aiohttp", "asyncio")

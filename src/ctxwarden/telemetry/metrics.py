@@ -6,6 +6,16 @@ cardinality: route (fixed set), mode (3 values), status (HTTP code), fallback ki
 (a fixed classification, not the free-form reason: ``client`` for the client's input,
 a malformed or unreadable body, ``store``, ``validation``, ``limit``, and ``error`` for
 a failure of ctxwarden's own). No contents, no credentials.
+
+Savings: ``ctxwarden_tokens_before_total{route,mode}`` is the engine's estimate of the
+input tokens of the requests it condensed (the request as received), and
+``ctxwarden_tokens_saved_total{route,mode}`` what it removed from those same requests:
+sent, under ``mode="active"``; what would have been removed, under ``mode="shadow"``
+(shadow requests and sessions outside the canary, sent as received); ``mode="exact"``
+(rare: a request the kill switch caught queued) saves nothing. So ``saved / before`` of
+one mode is that mode's saving rate (a request not condensed counts in neither). A
+figure outside ``0..2**53`` (an upstream's misbehaving usage) is not counted
+(:func:`~ctxwarden.telemetry.events.count`).
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ctxwarden.memo import memo_weight
+from ctxwarden.telemetry.events import count
 
 __all__ = ["CONTENT_TYPE_LATEST", "MetricsSink", "ProxyMetrics"]
 
@@ -32,6 +43,7 @@ _CLIENT_REASONS = (
     "malformed request",
     "content-encoding",
     "json only the stdlib parser reads",
+    "json nested deeper",
     "an integer past 64 bits",
 )
 """Starts of the reasons that are the client's input, not a failure of ctxwarden's."""
@@ -64,10 +76,17 @@ class ProxyMetrics:
             "ctxwarden_requests", "Proxied requests.", ("route", "mode", "status"), registry=r
         )
         self.tokens_before = Counter(
-            "ctxwarden_tokens_before", "Estimated input tokens received.", ("route",), registry=r
+            "ctxwarden_tokens_before",
+            "Estimated input tokens of the requests condensed, as received (by mode).",
+            ("route", "mode"),
+            registry=r,
         )
         self.tokens_saved = Counter(
-            "ctxwarden_tokens_saved", "Estimated input tokens removed.", ("route",), registry=r
+            "ctxwarden_tokens_saved",
+            "Estimated input tokens removed from those requests (active: sent; shadow: "
+            "would have been).",
+            ("route", "mode"),
+            registry=r,
         )
         self.upstream_prompt_tokens = Counter(
             "ctxwarden_upstream_prompt_tokens",
@@ -140,19 +159,21 @@ class MetricsSink:
         route = str(event.get("route", "other"))
         mode = str(event.get("mode", "exact"))
         m.requests.labels(route, mode, str(event.get("status", 0))).inc()
-        tokens_before = int(event.get("tokens_before") or 0)
+        tokens_before = count(event.get("tokens_before"))
         if tokens_before:
-            m.tokens_before.labels(route).inc(tokens_before)
-        saved = int(event.get("tokens_saved") or 0)
-        if saved > 0 and mode == "active":
-            m.tokens_saved.labels(route).inc(saved)
-        if event.get("usage_prompt_tokens"):
-            m.upstream_prompt_tokens.labels(route).inc(int(event["usage_prompt_tokens"]))
-        if event.get("usage_cached_tokens"):
-            m.upstream_cached_tokens.labels(route).inc(int(event["usage_cached_tokens"]))
+            m.tokens_before.labels(route, mode).inc(tokens_before)
+            saved = count(event.get("tokens_saved"))
+            if saved:
+                m.tokens_saved.labels(route, mode).inc(saved)
+        prompt = count(event.get("usage_prompt_tokens"))
+        if prompt:
+            m.upstream_prompt_tokens.labels(route).inc(prompt)
+        cached = count(event.get("usage_cached_tokens"))
+        if cached:
+            m.upstream_cached_tokens.labels(route).inc(cached)
         if event.get("fallback_reason"):
             m.fallbacks.labels(route, _fallback_kind(str(event["fallback_reason"]))).inc()
-        rounds = int(event.get("recall_rounds") or 0)
+        rounds = count(event.get("recall_rounds"))
         if rounds:
             m.recall_rounds.labels(route).inc(rounds)
         if event.get("overhead_ms") is not None:
