@@ -45,8 +45,8 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ),
     (
         "--max-owed-held-bytes",
-        "bytes of such bodies held at once (more: forwarded untouched; default: "
-        "--max-owed-body-bytes)",
+        "bytes of such bodies held at once (more: forwarded untouched; default: the "
+        "larger of --max-owed-body-bytes and --max-body-bytes, one such body)",
         None,
     ),
     (
@@ -96,9 +96,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--kill-switch",
         action="store_true",
         default=None,
-        help="start with the kill switch engaged: every request forwarded as sent until "
-        "it is released (SIGUSR1, the admin endpoint); the switch itself is not kept "
-        "across restarts [CTXWARDEN_KILL_SWITCH=1]",
+        help="start with the kill switch engaged: every request in exact mode (the "
+        "client's bytes, but for exact mode's rescues: docs/proxy.md) until it is "
+        "released (SIGUSR1, the admin endpoint); the switch itself is not kept across "
+        "restarts [CTXWARDEN_KILL_SWITCH=1]",
     )
     p.set_defaults(handler=_serve)
 

@@ -880,7 +880,7 @@ def _note_load_limit(record: RequestRecord, limit: str) -> None:
 def _note_failure(record: RequestRecord, failure: str | None) -> None:
     """A request sent without its condense: at error when ctxwarden failed; at warning
     when the request was malformed (:func:`_malformed_at`; the client's fault, relayed
-    for the upstream to judge) or over a limit (``limit: ...``, ``--max-messages``: a
+    for the upstream to judge) or over a limit (``limit: ...``, ``ProxySettings.max_messages``: a
     client or load signal, as :func:`_note_load_limit`'s)."""
     if failure is not None and failure.startswith((_MALFORMED, "limit:")):
         record.at_least("warning")

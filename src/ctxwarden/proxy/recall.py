@@ -3,11 +3,12 @@
 Contract:
 
 - The tool is offered when the request the proxy sends contains references
-  (``cw:`` + 12 hex digits) or offers tools of its own without forcing some tool call
+  (``cw:`` + 12 hex digits) or offers tools of its own, whatever its ``tool_choice``
   (an agent, from its first turn, so its tool list never changes; see
-  ``handlers._offers_recall`` for each ``tool_choice``); never in exact mode, never
-  when the client already has a tool of that name, and never to a Messages request
-  that asks for thinking (``dialects.MessagesDialect.inject``). The last round the limit allows
+  ``handlers._offers_recall``); never in exact mode, never when the client already
+  has a tool of that name, and never to a Messages request that asks for thinking or
+  goes to a model that binds thinking or that the registry does not know
+  (``dialects.MessagesDialect.inject``). The last round the limit allows
   offers no recall call (``dialects.Dialect.last_round``). It is appended at the END of the
   tools list: the prompt prefix up to the client's own tools stays byte-identical, so
   provider prompt caches keep hitting.

@@ -3,8 +3,9 @@
 Limits bound what a client controls: body bytes read for condensing (past the cap
 the request is streamed upstream untouched, unless it may owe recall answers: see
 ``max_owed_body_bytes``; other routes are never capped), messages
-per request (past the cap the request is forwarded uncondensed), recall rounds and
-calls per round, and recalled bytes per call (truncated with a note). The store is
+per request (past the cap the request is forwarded uncondensed), recall rounds, and
+per turn (every round of one client request) the recall calls answered and the
+recalled bytes (an answer past the cap is cut, saying so). The store is
 garbage-collected every ``gc_interval`` seconds, so its TTL and byte cap hold.
 """
 

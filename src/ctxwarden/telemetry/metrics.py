@@ -4,8 +4,9 @@ Each :class:`ProxyMetrics` owns its own ``CollectorRegistry`` so that several ap
 (tests, embedded use) never collide in the global registry. Labels have bounded
 cardinality: route (fixed set), mode (3 values), status (HTTP code), fallback kind
 (a fixed classification, not the free-form reason: ``client`` for the client's input,
-a malformed or unreadable body, ``store``, ``validation``, ``limit``, and ``error`` for
-a failure of ctxwarden's own). No contents, no credentials.
+a malformed or unreadable body, ``store``, ``validation``, ``limit``, ``refused`` (the
+upstream refused a rewrite; sent again as the client sent it), and ``error`` for a
+failure of ctxwarden's own). No contents, no credentials.
 
 Savings: ``ctxwarden_tokens_before_total{route,mode}`` is the engine's estimate of the
 input tokens of the requests it condensed (the request as received), and
