@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from tests.proxy.conftest import ProxyFactory
+from tests.proxy.raw_upstream import RawUpstream
 
 _UPLOAD = 16 * 1024 * 1024
 """More than loopback socket buffers hold, so the proxy is still writing when the
@@ -25,7 +26,7 @@ _ANSWERS = {
 }
 
 
-class _ClosesEarly:
+class _ClosesEarly(RawUpstream):
     """An upstream that reads a request's head and its first ``_CHUNK`` bytes of body,
     answers ``status`` (none when ``None``) and closes the connection with the rest
     of the body unread: the kernel then resets it."""
@@ -33,7 +34,7 @@ class _ClosesEarly:
     def __init__(self, status: int | None) -> None:
         self.status = status
         self.requests: list[bytes] = []
-        self.server: asyncio.Server | None = None
+        super().__init__()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -52,16 +53,6 @@ class _ClosesEarly:
             pass
         finally:
             writer.close()
-
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    async def __aexit__(self, *exc: Any) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
 
 
 async def _chunks() -> AsyncIterator[bytes]:

@@ -10,15 +10,16 @@ from typing import Any
 import aiohttp
 
 from ctxwarden.proxy.upstream import request_headers
+from tests.proxy.raw_upstream import RawUpstream
 
 
-class _ClosesReusedConnections:
+class _ClosesReusedConnections(RawUpstream):
     """An upstream that answers the first request of a connection and closes the
     connection, unanswered, when a second request arrives on it (the keep-alive race)."""
 
     def __init__(self) -> None:
         self.answered: list[bytes] = []
-        self.server: asyncio.Server | None = None
+        super().__init__()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -38,16 +39,6 @@ class _ClosesReusedConnections:
             pass
         finally:
             writer.close()
-
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    async def __aexit__(self, *exc: Any) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
 
 
 async def test_an_idempotent_request_survives_a_closed_reused_connection(make_proxy: Any) -> None:
