@@ -168,7 +168,7 @@ async def test_an_error_event_in_the_first_round_ends_the_turn(
     assert last["error"]["message"] in ("Overloaded", "The server had an error")
     assert cut  # never ended cleanly, as a failed continuation
     assert event["status"] == 502 and event["stream_cut"] is True
-    assert event["error_type"] == "UpstreamIncomplete"
+    assert event["error_type"] == "UpstreamStreamError"
 
 
 # -- 2. a streamed Responses round that cannot be asked again ------------------------
@@ -329,16 +329,36 @@ async def test_the_recalled_text_of_a_turn_is_capped(
         _upstream(script) as (url, received),
         make_proxy(openai_upstream=url, max_recall_bytes=100) as proxy,
     ):
-        refs = [_ref(proxy, f"{i}" * 70) for i in range(3)]
+        # a turn takes four answers' worth (400 bytes here): 5 x 70, then 50 of the 6th
+        refs = [_ref(proxy, f"{i}" * 70) for i in range(7)]
         rounds[0] += [_recall_call(f"c{i}", {"ref": ref}) for i, ref in enumerate(refs)]
         assert await _chat(proxy.url, f"see {refs}", stream) == "done"
     answers = _tool_messages(received[1])
-    assert answers["c0"] == "0" * 70
-    assert answers["c1"].startswith("1" * 30 + "\n[ctxwarden_recall: truncated at this turn's")
-    assert answers["c2"] == (
-        "ctxwarden_recall: this turn's limit of 100 bytes of recalled text is reached; "
+    assert [answers[f"c{i}"] for i in range(5)] == [f"{i}" * 70 for i in range(5)]
+    assert answers["c5"].startswith("5" * 50 + "\n[ctxwarden_recall: truncated at this turn's")
+    assert answers["c6"] == (
+        "ctxwarden_recall: this turn's limit of 400 bytes of recalled text is reached; "
         "answer with what you have"
     )
+
+
+async def test_an_answer_cut_at_its_cap_leaves_room_for_the_range_it_asks_for(
+    make_proxy: ProxyFactory,
+) -> None:
+    # helper-125: the cap of one answer was the turn's too, so the line range the cut
+    # answer asked for was refused as over the turn's limit
+    rounds: list[list[dict[str, Any]]] = [[], []]
+    async with (
+        _upstream(_calling(rounds)) as (url, received),
+        make_proxy(openai_upstream=url, max_recall_bytes=100) as proxy,
+    ):
+        ref = _ref(proxy, "\n".join(f"line {i:03d}" for i in range(1, 41)))  # 359 bytes
+        rounds[0] += [_recall_call("whole", {"ref": ref})]
+        rounds[1] += [_recall_call("range", {"ref": ref, "lines": "20-22"})]
+        assert await _chat(proxy.url, f"see {ref}") == "done"
+    answers = _tool_messages(received[2])
+    assert "truncated" in answers["whole"] and "ask for a line range" in answers["whole"]
+    assert answers["range"] == "line 020\nline 021\nline 022"
 
 
 def test_the_turn_budget_keys_repeats_by_ref_and_lines() -> None:
@@ -518,3 +538,80 @@ async def test_a_continuation_cut_off_tells_the_client_no_address(
     assert cut and len(errors) == 1
     assert errors[0]["error"]["message"].startswith("upstream ")
     assert not re.search(host, raw.decode())
+
+
+# -- after helper-125's review: servers that send no tool_calls[].index ----------------
+
+
+def _noindex_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gemini",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+
+
+_CLIENT_NOINDEX = {"id": "call_a", "type": "function",
+                   "function": {"name": "read_file", "arguments": '{"path": "a"}'}}  # fmt: skip
+_RECALL_NOINDEX = {"id": "call_b", "type": "function",
+                   "function": {"name": RECALL_TOOL_NAME,
+                                "arguments": '{"ref": "cw:000000000001"}'}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        "client then recall, two chunks",
+        "client then recall, one chunk",
+        "recall then client, two chunks",
+    ],
+)
+def test_calls_without_an_index_are_told_apart_by_their_ids(order: str) -> None:
+    # Gemini's OpenAI endpoint and older Ollama send no index: both calls were call 0
+    # (the recall call reached the client, or the client's call was folded into it)
+    from ctxwarden.proxy.sse import SSESplitter, encode_event
+    from ctxwarden.proxy.stream_filters import ChatFilter
+
+    first, second = (
+        (_RECALL_NOINDEX, _CLIENT_NOINDEX)
+        if order.startswith("recall")
+        else (_CLIENT_NOINDEX, _RECALL_NOINDEX)
+    )
+    if order.endswith("one chunk"):
+        chunks = [_noindex_chunk({"role": "assistant", "tool_calls": [first, second]})]
+    else:
+        chunks = [_noindex_chunk({"role": "assistant", "tool_calls": [first]}),
+                  _noindex_chunk({"tool_calls": [second]})]  # fmt: skip
+    flt = ChatFilter()
+    out = b""
+    for raw in [*map(encode_event, [*chunks, _noindex_chunk({}, "tool_calls")]),
+                b"data: [DONE]\n\n"]:  # fmt: skip
+        for event in SSESplitter().feed(raw):
+            out += b"".join(flt.process(event))
+    result = flt.round_result()
+    out += b"".join(flt.finish())
+    assert RECALL_TOOL_NAME.encode() not in out
+    assert b"read_file" in out and b'{\\"path\\": \\"a\\"}' in out
+    assert [c.arguments for c in result.calls] == ['{"ref": "cw:000000000001"}']
+    assert result.other_calls == 1
+
+
+async def test_an_error_event_is_named_alike_with_or_without_the_recall_tool(
+    make_proxy: ProxyFactory,
+) -> None:
+    # helper-125: a plain relay logged the stream's error event as a clean 200, a recall
+    # turn as a cut 502, so an alert on errors followed how often requests held refs
+    def script(n: int, body: dict[str, Any]) -> tuple[str, Any]:
+        error = {"message": "The server had an error", "type": "server_error"}
+        return "sse", [_chunk({"role": "assistant", "content": "Hi"}), {"error": error}]
+
+    types = []
+    async with _upstream(script) as (url, _), make_proxy(openai_upstream=url) as proxy:
+        for content in ("hello", "see cw:000000000000"):
+            await _post(proxy.url + "/v1/chat/completions",
+                        {"model": "m", "stream": True,
+                         "messages": [{"role": "user", "content": content}]},
+                        {"Authorization": f"Bearer {KEY_A}"})  # fmt: skip
+            await proxy.state.drain()
+            event = proxy.recorder.events[-1]
+            recall = bool(event.get("recall_injected"))
+            types.append((recall, event["error_type"], event["level"]))
+    assert types == [(False, "UpstreamStreamError", "warning"),
+                     (True, "UpstreamStreamError", "warning")]  # fmt: skip

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -159,10 +160,17 @@ async def test_a_shadow_rescue_keeps_its_fallback_when_the_condense_ends_after_i
 async def _chat(proxy: Proxy, messages: int = 1, model: str = "gpt-4o") -> dict[str, Any]:
     turns = [{"role": "user", "content": f"hi {i}"} for i in range(messages)]
     body = {"model": model, "messages": turns}
+    seen = len(proxy.recorder.events)
     async with aiohttp.ClientSession() as http, http.post(
         proxy.url + "/v1/chat/completions", data=orjson.dumps(body), headers=AUTH
     ) as r:  # fmt: skip
         assert r.status == 200, await r.text()
+    # the event is emitted as the handler ends, which may be after the client has read
+    # the answer (a busy machine: the event list was still empty)
+    for _ in range(500):
+        if len(proxy.recorder.events) > seen:
+            break
+        await asyncio.sleep(0.01)
     return proxy.recorder.events[-1]
 
 

@@ -22,8 +22,9 @@ Contract:
   naming that call instead of the text (not a stripped call answered for the request
   that continues a stored Responses response: that one gets the text), and the
   recalled text of all the turn's
-  answers together is at most ``max_recall_bytes`` (an answer past it is cut at it,
-  saying so; one once it is spent says so): each continuation resends every earlier
+  answers together is at most :data:`TURN_ANSWERS` times ``max_recall_bytes``, the cap
+  of one answer (an answer past the turn's cap is cut at it, saying so; one once it is
+  spent says so): each continuation resends every earlier
   answer, and without these bounds repeated calls could grow it past the model's
   context, failing a request that fits uncondensed.
 - Errors become a short tool answer the model can read; they never fail the request.
@@ -44,6 +45,7 @@ from ctxwarden.store.recall import MAX_RECALL_LINES, Recalled
 __all__ = [
     "RECALL_TOOL_NAME",
     "REF_BYTES",
+    "TURN_ANSWERS",
     "RecallAnswer",
     "RecallCall",
     "RoundResult",
@@ -166,6 +168,11 @@ def answer_call(
             f"{found.cut_at + 1}-{found.wanted}]"
         )
     return RecallAnswer(call.call_id, text, True)
+
+
+TURN_ANSWERS = 4
+"""A turn may recall this many answers' worth of text (``max_recall_bytes`` each): an
+answer cut at its cap asks for a line range, which must still fit."""
 
 
 @dataclass(slots=True)

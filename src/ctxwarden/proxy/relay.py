@@ -70,9 +70,15 @@ from ctxwarden.proxy.block_binding import with_beta
 from ctxwarden.proxy.bodies import decoded_by_server
 from ctxwarden.proxy.dialects import DIALECTS, Dialect
 from ctxwarden.proxy.reasoning_links import one_call_at_a_time
-from ctxwarden.proxy.recall import RecallAnswer, RoundResult, TurnBudget, answer_call
+from ctxwarden.proxy.recall import (
+    TURN_ANSWERS,
+    RecallAnswer,
+    RoundResult,
+    TurnBudget,
+    answer_call,
+)
 from ctxwarden.proxy.rollout import canary_name
-from ctxwarden.proxy.sse import SSESplitter, Usage, ends_stream
+from ctxwarden.proxy.sse import SSESplitter, Usage, ends_stream, is_error_event
 from ctxwarden.proxy.state import ProxyState, RequestRecord
 from ctxwarden.proxy.stream_filters import FILTERS, ResponsesFilter, StreamFilter
 from ctxwarden.proxy.upstream import (
@@ -263,6 +269,12 @@ request is sent again instead."""
 REFUSED_STATUS = 400
 
 
+STREAM_ERROR = "UpstreamStreamError"
+"""The ``error_type`` of a request whose upstream stream carried an error event: a plain
+relay passes the stream on as sent (its status stays 200), a recall turn ends there,
+cut (502): either way the operator can count upstream errors by this name."""
+
+
 async def relay(
     ex: Exchange, body: Body, record: RequestRecord, length: int | None = None,
     on_refused: Refused | None = None,
@@ -321,6 +333,9 @@ async def _relay_streamed(
             for event in splitter.feed(chunk) if sse else ():
                 if '"usage"' in event.data:
                     record.usage.observe(event.json())
+                if is_error_event(event):  # relayed as sent; named for the operator
+                    record.set(error_type=STREAM_ERROR)
+                    record.at_least("warning")
                 if ex.canary is not None and '"response.created"' in event.data:
                     _created(ex, event.json())
                 final = final or ends_stream(event)
@@ -421,9 +436,11 @@ async def _answer(
 
 
 def _budget(state: ProxyState) -> TurnBudget:
-    """A new turn's recall budget (see :mod:`ctxwarden.proxy.recall`)."""
+    """A new turn's recall budget (see :mod:`ctxwarden.proxy.recall`): its calls, and
+    :data:`~.recall.TURN_ANSWERS` answers' worth of recalled bytes (one answer cut at
+    ``max_recall_bytes`` leaves room for the line range it asks for)."""
     settings = state.settings
-    return TurnBudget(settings.max_recall_calls, settings.max_recall_bytes)
+    return TurnBudget(settings.max_recall_calls, TURN_ANSWERS * settings.max_recall_bytes)
 
 
 async def relay_with_recall(
@@ -675,7 +692,7 @@ async def _stream_round(
         # an error event, or a continuation that stopped short: never the previous
         # round's ending, which would pass a truncated answer as complete (a first
         # round that ends short with no error event passes as a plain relay would)
-        record.set(error_type="UpstreamIncomplete")
+        record.set(error_type=STREAM_ERROR if flt.errored else "UpstreamIncomplete")
         if flt.errored:  # its error event went out already
             record.cut(502)
             _abort(ex.request)

@@ -5,7 +5,8 @@ the request is streamed upstream untouched, unless it may owe recall answers: se
 ``max_owed_body_bytes``; other routes are never capped), messages
 per request (past the cap the request is forwarded uncondensed), recall rounds, and
 per turn (every round of one client request) the recall calls answered and the
-recalled bytes (an answer past the cap is cut, saying so). The store is
+recalled bytes (``max_recall_bytes`` per answer, four times that per turn; an answer
+past a cap is cut, saying so). The store is
 garbage-collected every ``gc_interval`` seconds, so its TTL and byte cap hold.
 """
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["SSEEvent", "SSESplitter", "Usage", "encode_event", "ends_stream"]
+__all__ = ["SSEEvent", "SSESplitter", "Usage", "encode_event", "ends_stream", "is_error_event"]
 
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -41,6 +41,18 @@ class SSEEvent:
 
 _FINAL_TYPES = ("message_stop", "response.completed", "response.incomplete", "response.failed")
 """The types of the events that end a Messages or a Responses stream."""
+
+
+def is_error_event(event: SSEEvent) -> bool:
+    """Whether ``event`` is an upstream's error event inside a stream it answered 200:
+    Messages' and Responses' ``error`` type (or an event named ``error``), a Chat chunk
+    with an ``error`` object. Parsed only when its data mentions ``"error"``."""
+    if event.name == "error":
+        return True
+    if '"error"' not in event.data:
+        return False
+    obj = event.json()
+    return isinstance(obj, dict) and (obj.get("type") == "error" or bool(obj.get("error")))
 
 
 def ends_stream(event: SSEEvent) -> bool:

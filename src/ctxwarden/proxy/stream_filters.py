@@ -118,6 +118,9 @@ class ChatFilter(StreamFilter):
         """Tool-call deltas held per index while its name may still become the recall
         tool's (see :meth:`_split_calls`)."""
         self._names: dict[int, str] = {}
+        self._unindexed: tuple[int, str] | None = None
+        """The index given to the call that deltas without an ``index`` belong to, and
+        its id (some OpenAI-compatible servers send none: a new id starts a call)."""
         self._content: list[str] = []
 
     def process(self, event: SSEEvent) -> list[bytes]:
@@ -204,7 +207,7 @@ class ChatFilter(StreamFilter):
             if not isinstance(call, dict):
                 kept.append(call)
                 continue
-            index = call.get("index", 0)
+            index = self._index_of(call)
             if index in self._others:
                 kept.append(self._renumbered(index, call))
             elif index in self._recall:
@@ -226,6 +229,23 @@ class ChatFilter(StreamFilter):
                 elif name and not RECALL_TOOL_NAME.startswith(name):
                     kept += self._release(index)
         return kept
+
+    def _index_of(self, call: dict[str, Any]) -> int:
+        """The call index of a tool-call delta: its ``index``, or for a delta without one,
+        the index of the call its id (or, with no id, the last such call) names; a new id
+        is a new call, after every index seen in this round."""
+        index = call.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            return index
+        new_id = call.get("id")
+        if self._unindexed is not None and (
+            not isinstance(new_id, str) or not new_id or new_id == self._unindexed[1]
+        ):
+            return self._unindexed[0]
+        seen = [*self._others, *self._recall, *self._pending]
+        number = max(seen, default=-1) + 1
+        self._unindexed = (number, new_id if isinstance(new_id, str) else "")
+        return number
 
     def _gather(self, index: int, call: dict[str, Any]) -> None:
         """Add a delta of the recall call at ``index``: the id once, argument pieces."""
