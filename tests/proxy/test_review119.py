@@ -115,6 +115,31 @@ async def test_a_rewrite_that_cannot_be_written_goes_as_sent(
     assert _kind(proxy, "chat", "client") == 1
 
 
+async def test_a_rewrite_ctxwarden_cannot_write_is_its_own_failure(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # helper-125: any unwritable rewrite was called the client's deep nesting; a
+    # request the client sent writable and ctxwarden made unwritable is ctxwarden's
+    def breaks_it(request: dict[str, Any], **_: Any) -> CondenseResult:
+        report = {"rewritten": True, "tokens_before": 10, "tokens_after": 9}
+        return CondenseResult({**request, "metadata": {"odd": {1, 2}}}, report)
+
+    monkeypatch.setattr(proxy.engine, "condense", breaks_it)
+    data = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    async with aiohttp.ClientSession() as http, http.post(
+        proxy.url + "/v1/chat/completions", data=data, headers=AUTH
+    ) as r:  # fmt: skip
+        assert r.status == 200, await r.text()
+    assert proxy.fake.received[-1].body == data
+    for _ in range(500):
+        if proxy.recorder.events:
+            break
+        await asyncio.sleep(0.01)
+    event = proxy.recorder.events[-1]
+    assert event["level"] == "error" and event["fallback_reason"].startswith("error: ")
+    assert _kind(proxy, "chat", "error") == 1 and _kind(proxy, "chat", "client") is None
+
+
 async def test_a_shadow_rescue_keeps_its_fallback_when_the_condense_ends_after_it(
     make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, opened: list[Any]
 ) -> None:

@@ -501,12 +501,19 @@ async def _whose_unread(report: dict[str, Any], parsed: Any, size: int) -> dict[
 
 
 async def _unwritable(as_sent: _AsSent, on_refused: Refused | None) -> web.StreamResponse:
-    """A request whose rewrite (or recall tool) cannot be written (:func:`_written`):
-    the client's input, sent as the client sent it, at warning (fallback kind
-    ``client``)."""
+    """A request whose rewrite (or recall tool) cannot be written (:func:`_written`),
+    sent as the client sent it. When the client's own request cannot be written
+    either, that is the client's input (JSON nested deeper than orjson writes: at
+    warning, fallback kind ``client``); else ctxwarden made something it cannot write,
+    its own failure (at error), never hidden as the client's."""
     as_sent.undone()
-    as_sent.record.set(fallback_reason=_UNWRITABLE)
-    as_sent.record.at_least("warning")
+    if await _written(as_sent.parsed, len(as_sent.raw)) is None:
+        as_sent.record.set(fallback_reason=_UNWRITABLE)
+        as_sent.record.at_least("warning")
+    else:
+        as_sent.record.set(fallback_reason=_UNWRITABLE_REWRITE, fallbacks=1)
+        as_sent.record.at_least("error")
+        _log.error("a rewrite could not be written; the request goes as sent")
     return await as_sent.relay(on_refused=on_refused)
 
 
@@ -1134,6 +1141,7 @@ async def _forget(state: ProxyState, tenant: str, session: Any) -> None:
 
 _STDLIB_ONLY = "proxy: JSON only the stdlib parser reads (e.g. a lone surrogate escape)"
 _UNWRITABLE = "proxy: JSON nested deeper than ctxwarden writes (255 levels; forwarded as sent)"
+_UNWRITABLE_REWRITE = "error: the rewrite could not be written as JSON (sent as the client sent it)"
 _WIDE_INTEGER = "proxy: an integer past 64 bits (forwarded as sent)"
 
 
