@@ -225,7 +225,7 @@ async def test_shadow_work_does_not_delay_the_client(
         condense = proxy.engine.condense
 
         def slow(*args: Any, **kwargs: Any) -> Any:
-            time.sleep(1.0)
+            time.sleep(3.0)  # the client's answer must not wait for it
             return condense(*args, **kwargs)
 
         monkeypatch.setattr(proxy.engine, "condense", slow)
@@ -236,9 +236,10 @@ async def test_shadow_work_does_not_delay_the_client(
         assert proxy.fake.received[-1].body == body
         await proxy.state.drain()  # the shadow work still ends, and is counted
         (event,) = proxy.recorder.events
-    assert elapsed < 0.5
+    # far below the condense's 3 s (0.55 s once on a loaded machine, under 0.1 s alone)
+    assert elapsed < 1.5
     assert (event["mode"], event["rollout_reason"]) == ("shadow", how)
-    assert event["tokens_before"] > 0 and event["total_ms"] < 500
+    assert event["tokens_before"] > 0 and event["total_ms"] < 1500
 
 
 async def test_shadow_forwards_what_the_engine_cannot_parse(make_proxy: ProxyFactory) -> None:
