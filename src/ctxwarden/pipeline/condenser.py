@@ -353,6 +353,21 @@ class Condenser:
     ) -> int:
         return sum(self._net_saved(view, p, r, counter, frozen) for p, r in reps.items())
 
+    def _reads_as(self, tenant: str, segment: Segment, ref: str, common: int) -> bool:
+        """:func:`_reads_as`, and past the unchanged prefix (the client's history changed
+        there) also the stored original itself: a text whose 48-bit reference merely
+        collides with the original's (crafted) must not get the original's
+        placeholder. A store that cannot answer counts as a change (the segment goes
+        whole, as for any edit)."""
+        if segment.message_index + 1 < common:
+            return True
+        if ref_for(segment.text) != ref:
+            return False
+        try:
+            return self.store.get(tenant, ref) == segment.text
+        except Exception:  # missing, corrupted or unavailable
+            return False
+
     def _frozen(
         self,
         state: SessionState,
@@ -395,7 +410,7 @@ class Condenser:
             if segment is None or segment.path not in view.eligible:
                 edited = True
                 continue
-            if not _reads_as(segment, decision.original_ref, common):
+            if not self._reads_as(tenant, segment, decision.original_ref, common):
                 edited = True
                 continue
             if decision.witness and not _same_witness(decision.witness, by_key, common):
@@ -684,7 +699,7 @@ class Condenser:
         rest of its joint is not tried). An original stored for one replacement is not
         stored again for the next that names it."""
         kept: dict[Path, Replacement] = {}
-        stored_now: set[str] = set()
+        stored_now: dict[str, str] = {}
         broken: set[Path] = set()  # joints a member of which failed
         applied = {**frozen, **adopted}
         for path, rep in adopted.items():
@@ -709,11 +724,14 @@ class Condenser:
         rep: Replacement,
         applied: dict[Path, Replacement],
         tenant: str,
-        stored_now: set[str],
+        stored_now: dict[str, str],
         report: dict[str, Any],
     ) -> bool:
         """Whether ``rep`` passes its segment's checks and its originals are stored
-        (those not in ``stored_now`` yet, which it then holds)."""
+        (those not in ``stored_now`` yet, which then maps their references to them). A
+        reference stored in this request for another text (a 48-bit collision, which
+        a client controlling two outputs can craft) fails the segment: its
+        placeholder would recall the other text."""
         segment = view.segment(path)
         if segment is None or not rep.text.strip():
             return False
@@ -722,13 +740,15 @@ class Condenser:
         try:
             for ref, original in rep.originals:
                 if ref in stored_now:
+                    if stored_now[ref] != original:
+                        raise ValueError("reference collision")
                     continue
                 if over_cap(self.store, original):
                     raise ValueError("larger than the store's byte cap")
                 stored = self.store.put(tenant, original)
                 if stored != ref or self.store.get(tenant, ref) != original:
                     raise ValueError("artifact does not read back")
-                stored_now.add(ref)
+                stored_now[ref] = original
                 report["artifacts_stored"] += 1
         except Exception:  # a store failure is local to this segment
             report["segment_failures"] += 1
@@ -821,7 +841,8 @@ class Condenser:
 def _reads_as(segment: Segment, ref: str, common: int) -> bool:
     """Whether ``segment`` still reads as the original ``ref`` names: certainly when
     its message lies in the unchanged prefix of the history (``common`` elements, the
-    head first), else by hashing its text."""
+    head first), else by hashing its text (48 bits: see
+    :meth:`Condenser._reads_as` for an adopted decision's original)."""
     return segment.message_index + 1 < common or ref_for(segment.text) == ref
 
 
