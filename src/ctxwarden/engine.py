@@ -356,6 +356,9 @@ class Engine:
             element_tokens = counter.element_tokens(conversation, hashes)
             session_key = session or derive_session_key(conversation)
             bytes_before = wire_size(conversation)
+            if bytes_before is None:  # a top-level value JSON cannot encode (an integer
+                # past 64 bits): no rewrite could be written, so none is tried
+                orjson.dumps(conversation.wire)
         except MalformedRequest:
             raise
         except BaseException as exc:  # JSON-incompatible values, huge integers: as is

@@ -202,3 +202,15 @@ def test_a_mapping_that_is_no_dict_is_read_as_its_shape_says() -> None:
     wire = load_fixture("responses_full.json")
     out = make_engine("balanced", FORCE).condense(MappingProxyType(wire), one_shot=True)
     assert out.report["api"] == "openai.responses"
+
+
+def test_a_top_level_integer_past_64_bits_is_unreadable_before_any_pass() -> None:
+    # helper-126: it ran every pass and stored originals, then fell back as a
+    # validation failure, on every request of the session
+    from ctxwarden import Engine, EngineConfig
+
+    engine = Engine(EngineConfig(preset="balanced", pipeline=FORCE, store={"backend": "memory"}))
+    wire = {**_wire(), "metadata": {"seed": 2**70}}
+    out = engine.condense(wire, "openai.chat", session="s")
+    assert out.report["fallback_reason"].startswith("unreadable: ")
+    assert out.report["artifacts_stored"] == 0 and out.request == wire
