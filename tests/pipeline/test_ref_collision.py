@@ -31,6 +31,19 @@ def _call(call_id: str, command: str) -> dict[str, Any]:
          "function": {"name": "bash", "arguments": arguments}}]}  # fmt: skip
 
 
+def _request(*outputs: str) -> dict[str, Any]:
+    """A request reading each output in turn (calls c0, c1, ...), then an ``ls``."""
+    turns: list[dict[str, Any]] = []
+    for k, output in enumerate([*outputs, "ok"]):
+        turns += [_call(f"c{k}", f"cat f{k}.txt"),
+                  {"role": "tool", "tool_call_id": f"c{k}", "content": output}]  # fmt: skip
+    return {"model": "gpt-4o", "messages": [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the build."}, *turns,
+        {"role": "assistant", "content": "Looking."}, {"role": "user", "content": "go on"},
+    ]}  # fmt: skip
+
+
 def _engine() -> Engine:
     return Engine(EngineConfig(preset="aggressive", pipeline=FORCE, data_dir=tempfile.mkdtemp()))
 
@@ -44,15 +57,7 @@ def test_the_pair_collides() -> None:
 
 
 def test_two_colliding_outputs_in_one_request_never_share_a_reference() -> None:
-    request = {"model": "gpt-4o", "messages": [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "Fix the build."},
-        _call("c1", "cat a.txt"), {"role": "tool", "tool_call_id": "c1", "content": A},
-        _call("c2", "cat b.txt"), {"role": "tool", "tool_call_id": "c2", "content": B},
-        _call("c3", "ls"), {"role": "tool", "tool_call_id": "c3", "content": "ok"},
-        {"role": "assistant", "content": "Looking."},
-        {"role": "user", "content": "go on"},
-    ]}  # fmt: skip
+    request = _request(A, B)
     engine = _engine()
     sent = engine.condense(request, "openai.chat", session="x").request["messages"]
     assert _recalls_its_own(engine, sent[3]["content"], A)
@@ -61,18 +66,8 @@ def test_two_colliding_outputs_in_one_request_never_share_a_reference() -> None:
 
 
 def test_a_colliding_text_at_an_adopted_place_is_not_given_its_placeholder() -> None:
-    def request(output: str) -> dict[str, Any]:
-        return {"model": "gpt-4o", "messages": [
-            {"role": "system", "content": "You are a coding agent."},
-            {"role": "user", "content": "Fix the build."},
-            _call("c1", "cat a.txt"), {"role": "tool", "tool_call_id": "c1", "content": output},
-            _call("c3", "ls"), {"role": "tool", "tool_call_id": "c3", "content": "ok"},
-            {"role": "assistant", "content": "Looking."},
-            {"role": "user", "content": "go on"},
-        ]}  # fmt: skip
-
     engine = _engine()
-    first = engine.condense(request(A), "openai.chat", session="x").request["messages"]
+    first = engine.condense(_request(A), "openai.chat", session="x").request["messages"]
     assert first[3]["content"] != A  # condensed: a decision adopted for A
-    second = engine.condense(request(B), "openai.chat", session="x").request["messages"]
+    second = engine.condense(_request(B), "openai.chat", session="x").request["messages"]
     assert _recalls_its_own(engine, second[3]["content"], B)
