@@ -188,7 +188,7 @@ def masked_url(url: str) -> str:
     if at and ":" in user:
         netloc = f"{user.split(':', 1)[0]}:{_MASK}@{hosts}"
     query = "&".join(
-        f"{key}={_MASK}" if unquote_plus(key).strip().lower() == "password" else item
+        f"{key}={_MASK}" if _is_password_key(key) else item
         for item in parts.query.split("&")
         for key in [item.split("=", 1)[0]]
     )
@@ -198,6 +198,11 @@ def masked_url(url: str) -> str:
         + (f"?{query}" if "?" in url.split("#", 1)[0] else "")
         + (f"#{parts.fragment}" if parts.fragment else "")
     )
+
+
+def _is_password_key(key: str) -> bool:
+    """Whether a URL query parameter's (still encoded) name is ``password``."""
+    return unquote_plus(key).strip().lower() == "password"
 
 
 _URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)([^\s@/]*)@")
@@ -217,7 +222,7 @@ def redacted(text: str, url: str | None = None) -> str:
                     secrets |= {parts.password, unquote(parts.password)}
                 for item in parts.query.split("&"):  # a password query parameter
                     key, _, value = item.partition("=")
-                    if unquote_plus(key).strip().lower() == "password" and value:
+                    if _is_password_key(key) and value:
                         secrets |= {value, unquote_plus(value)}
         for match in _KEYWORD_PASSWORD.finditer(url):
             if match.group(2):

@@ -359,9 +359,9 @@ class Condenser:
         collides with the original's (crafted) must not get the original's
         placeholder. A store that cannot answer counts as a change (the segment goes
         whole, as for any edit)."""
-        if segment.message_index + 1 < common:
+        if _unchanged(segment, common):
             return True
-        if ref_for(segment.text) != ref:
+        if not _reads_as(segment, ref, common):
             return False
         try:
             return self.store.get(tenant, ref) == segment.text
@@ -843,7 +843,13 @@ def _reads_as(segment: Segment, ref: str, common: int) -> bool:
     its message lies in the unchanged prefix of the history (``common`` elements, the
     head first), else by hashing its text (48 bits: see
     :meth:`Condenser._reads_as` for an adopted decision's original)."""
-    return segment.message_index + 1 < common or ref_for(segment.text) == ref
+    return _unchanged(segment, common) or ref_for(segment.text) == ref
+
+
+def _unchanged(segment: Segment, common: int) -> bool:
+    """Whether ``segment``'s message lies in the unchanged prefix of the history
+    (``common`` elements, the head first)."""
+    return segment.message_index + 1 < common
 
 
 def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: int) -> bool:

@@ -508,13 +508,19 @@ async def _unwritable(as_sent: _AsSent, on_refused: Refused | None) -> web.Strea
     its own failure (at error), never hidden as the client's."""
     as_sent.undone()
     if await _written(as_sent.parsed, len(as_sent.raw)) is None:
-        as_sent.record.set(fallback_reason=_UNWRITABLE)
-        as_sent.record.at_least("warning")
+        _note_unwritable(as_sent.record)
     else:
         as_sent.record.set(fallback_reason=_UNWRITABLE_REWRITE, fallbacks=1)
         as_sent.record.at_least("error")
         _log.error("a rewrite could not be written; the request goes as sent")
     return await as_sent.relay(on_refused=on_refused)
+
+
+def _note_unwritable(record: RequestRecord) -> None:
+    """A request sent as the client sent it because orjson cannot write it (nested
+    deeper than 255 levels): the client's input, a fallback at warning."""
+    record.set(fallback_reason=_UNWRITABLE, fallbacks=1)
+    record.at_least("warning")
 
 
 async def _unreadable(family: Family) -> web.Response:
@@ -789,8 +795,7 @@ async def _as_sent(
     try:
         out = await (stdlib_dump(settled) if stdlib else orjson_dump(settled, len(body)))
     except (TypeError, ValueError, RecursionError):  # nested too deep to write: as sent
-        record.set(fallback_reason=_UNWRITABLE, fallbacks=1)
-        record.at_least("warning")
+        _note_unwritable(record)
         return await relay(ex, raw, record)
     record.set(bytes_after=len(out))
     # a body ctxwarden wrote goes out plain: the client's coding is dropped
@@ -951,8 +956,7 @@ async def _shadow_first(
         return await relay(ex, raw, record, on_refused=rescue)
     out = await _written(outgoing, size)
     if out is None:  # nested deeper than orjson writes: as sent, without what is owed
-        record.set(fallback_reason=_UNWRITABLE, fallbacks=1)
-        record.at_least("warning")
+        _note_unwritable(record)
         return await relay(ex, raw, record)
     record.set(bytes_after=len(out))
     # a body ctxwarden wrote goes out plain: the client's coding is dropped
@@ -1098,8 +1102,7 @@ class _AsSent:
             self.ex.decoded = self.ex.server_decoded or self.coded
             return await relay(self.ex, out, self.record, on_refused=on_refused)
         if self.owed:  # nested deeper than orjson writes: as sent, without what is owed
-            self.record.set(fallback_reason=_UNWRITABLE, fallbacks=1)
-            self.record.at_least("warning")
+            _note_unwritable(self.record)
         self.ex.decoded = self.ex.server_decoded
         return await relay(self.ex, self.raw, self.record, on_refused=on_refused)
 

@@ -16,6 +16,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -126,42 +127,29 @@ class TokenCounter:
     def _raw(self, text: str) -> int:
         if not text:
             return 0
-        if len(text) > _DIGEST_CHARS:
-            return self._raw_large(text)
-        memo = self._memo
-        cached = memo.get(text)
+        if len(text) > _DIGEST_CHARS:  # memoized by digest: see _DIGEST_CHARS
+            key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
+            return self._memoized(self._digest_memo, key.digest(), text, 0)
+        return self._memoized(self._memo, text, text, len(text) + _TEXT_ENTRY_BYTES)
+
+    def _memoized(self, memo: OrderedDict[Any, int], key: Any, text: str, weight: int) -> int:
+        """Tokens of ``text``, kept in ``memo`` under ``key`` (least recently used
+        last); a new entry adds ``weight`` bytes to :attr:`weight` (a digest entry's are
+        counted by number instead)."""
+        cached = memo.get(key)
         if cached is not None:
             self.hits += 1
             try:  # noqa: SIM105 - no context manager per hit: every text of every request
-                memo.move_to_end(text)
+                memo.move_to_end(key)
             except KeyError:  # evicted meanwhile by another thread
                 pass
             return cached
         self.misses += 1
         n = self._encoded_length(text)
         with self._lock:
-            if text not in memo:
-                memo[text] = n
-                self._bytes += len(text) + _TEXT_ENTRY_BYTES
-            self._evict(share(self._own_bytes))
-        return n
-
-    def _raw_large(self, text: str) -> int:
-        """:meth:`_raw` of a text over :data:`_DIGEST_CHARS`, memoized by its digest."""
-        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        memo = self._digest_memo
-        cached = memo.get(key)
-        if cached is not None:
-            self.hits += 1
-            try:  # noqa: SIM105 - as in _raw
-                memo.move_to_end(key)
-            except KeyError:
-                pass
-            return cached
-        self.misses += 1
-        n = self._encoded_length(text)
-        with self._lock:
-            memo[key] = n
+            if key not in memo:
+                memo[key] = n
+                self._bytes += weight
             self._evict(share(self._own_bytes))
         return n
 
