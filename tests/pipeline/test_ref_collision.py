@@ -22,6 +22,8 @@ _PREFIX = (
     + "\nnonce "
 )
 A, B = _PREFIX + "ee3597707b8a", _PREFIX + "d034045fbbe0"
+FAILED = "Error: build failed in step one\nrun 55dea3"
+PASSED = "build passed in step one\nrun 42f5bfe"  # collides with FAILED, shows no error
 
 
 def _call(call_id: str, command: str) -> dict[str, Any]:
@@ -33,9 +35,15 @@ def _call(call_id: str, command: str) -> dict[str, Any]:
 
 def _request(*outputs: str) -> dict[str, Any]:
     """A request reading each output in turn (calls c0, c1, ...), then an ``ls``."""
+    return _runs(*((f"cat f{k}.txt", output) for k, output in enumerate(outputs)))
+
+
+def _runs(*runs: tuple[str, str]) -> dict[str, Any]:
+    """A request running each command with its output in turn (calls c0, c1, ...),
+    then one more read."""
     turns: list[dict[str, Any]] = []
-    for k, output in enumerate([*outputs, "ok"]):
-        turns += [_call(f"c{k}", f"cat f{k}.txt"),
+    for k, (command, output) in enumerate([*runs, (f"cat f{len(runs)}.txt", "ok")]):
+        turns += [_call(f"c{k}", command),
                   {"role": "tool", "tool_call_id": f"c{k}", "content": output}]  # fmt: skip
     return {"model": "gpt-4o", "messages": [
         {"role": "system", "content": "You are a coding agent."},
@@ -71,3 +79,18 @@ def test_a_colliding_text_at_an_adopted_place_is_not_given_its_placeholder() -> 
     assert first[3]["content"] != A  # condensed: a decision adopted for A
     second = engine.condense(_request(B), "openai.chat", session="x").request["messages"]
     assert _recalls_its_own(engine, second[3]["content"], B)
+
+
+def test_a_superseding_output_replaced_by_a_colliding_text_is_no_longer_the_witness() -> None:
+    """An old build whose note left out its error line (the newer build showed it) must
+    show it again once the newer output reads otherwise, even with the same reference."""
+    assert ref_for(FAILED) == ref_for(PASSED) and "Error" not in PASSED
+    old = f"{_PREFIX}0\nError: build failed in step one"
+    engine = _engine()
+    first = engine.condense(_runs(("make", old), ("make", FAILED)), "openai.chat", session="x")
+    note = first.request["messages"][3]["content"]
+    assert "superseded" in note and "Error" not in note  # the witness shows the error line
+    second = engine.condense(_runs(("make", old), ("make", PASSED)), "openai.chat", session="x")
+    messages = second.request["messages"]
+    assert messages[5]["content"] == PASSED
+    assert "Error: build failed in step one" in messages[3]["content"]

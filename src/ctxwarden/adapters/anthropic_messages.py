@@ -23,6 +23,7 @@ from ctxwarden.adapters.base import (
     item_memo,
     optional_str,
     parse_items,
+    written_exactly,
 )
 from ctxwarden.adapters.base import (
     json_text as _json,
@@ -82,7 +83,7 @@ def _block(value: Any, path: Path) -> Part:
     if kind == "tool_use":
         value = block.get("input", {})
         arguments = _json(value)  # "" past orjson (a huge integer)
-        editable = isinstance(value, dict) and bool(arguments)
+        editable = isinstance(value, dict) and bool(arguments) and written_exactly(value, arguments)
         return ToolCallPart(
             call_id=expect_key(block, "id", str, path),
             name=expect_key(block, "name", str, path),

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ __all__ = [
     "json_text",
     "optional_str",
     "parse_items",
+    "written_exactly",
 ]
 
 T = TypeVar("T")
@@ -77,15 +79,15 @@ def parse_items(
     ``memo`` (by position and content hash) instead of parsed again; the hashes are the
     element hashes the planner needs anyway, and the sizes, read off the same encoding,
     give the request's size without encoding it again. An item that is not JSON (a
-    library caller's Python object) is parsed without the memo and has neither.
+    library caller's Python object, a float NaN or infinity) is parsed without the
+    memo and has neither.
     """
     messages: list[Message] = []
     hashes: list[str] = []
     sizes: list[int] = []
     for i, item in enumerate(items):
-        try:
-            encoded = orjson.dumps(item)
-        except TypeError:
+        encoded = _compact_json(item)
+        if encoded is None:
             messages.append(parse_item(item, (key, i)))
             continue
         h = digest(encoded)
@@ -142,11 +144,43 @@ def expect_object(value: Any, path: Path) -> dict[str, Any]:
 
 
 def json_text(value: Any) -> str:
-    """``value`` as compact JSON text (for counting opaque parts), ``""`` if not JSON."""
+    """``value`` as compact JSON text (for counting opaque parts), ``""`` if not JSON
+    (a float NaN or infinity is written as ``null``: see :func:`written_exactly`)."""
     try:
         return orjson.dumps(value).decode()
     except TypeError:
         return ""
+
+
+def written_exactly(value: Any, encoded: str | bytes) -> bool:
+    """Whether ``encoded``, orjson's writing of ``value``, is ``value`` itself: not
+    when a float NaN or infinity lies in it, which orjson writes as ``null`` (text
+    edited and written back would hold ``null`` in place of the caller's value)."""
+    holds_null = "null" in encoded if isinstance(encoded, str) else b"null" in encoded
+    return not holds_null or not _has_non_finite(value)
+
+
+def _compact_json(value: Any) -> bytes | None:
+    """``value`` as compact JSON, ``None`` when it is not JSON: a library caller's
+    Python object orjson cannot write, or one :func:`written_exactly` refuses (its
+    hash would be that of an item holding ``null``)."""
+    try:
+        encoded = orjson.dumps(value)
+    except TypeError:
+        return None
+    return encoded if written_exactly(value, encoded) else None
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a NaN or an infinity lies anywhere in ``value`` (JSON-shaped: orjson
+    wrote it, so it is no deeper than orjson's nesting limit)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(v) for v in value)
+    return False
 
 
 def optional_str(obj: dict[str, Any], key: str, path: Path) -> str | None:

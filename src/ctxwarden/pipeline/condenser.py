@@ -64,7 +64,7 @@ from ctxwarden.signals import (
     error_lines,
     shown_error_line,
 )
-from ctxwarden.store.base import Store, over_cap
+from ctxwarden.store.base import Store, content_digest, over_cap
 from ctxwarden.tokens.budget import BANDS, Budget
 from ctxwarden.tokens.counter import TokenCounter
 from ctxwarden.tokens.registry import CachePricing
@@ -266,7 +266,9 @@ class Condenser:
                 saved=self._saved(view, p, r, counter),
                 adopted=state.turns,
                 witness=(
-                    (json_pointer(r.witness), ref_for(view.text(r.witness))) if r.witness else None
+                    (json_pointer(r.witness), witness_digest(view.text(r.witness)))
+                    if r.witness
+                    else None
                 ),
             )
         state.turns += 1
@@ -852,11 +854,23 @@ def _unchanged(segment: Segment, common: int) -> bool:
     return segment.message_index + 1 < common
 
 
+def witness_digest(text: str) -> str:
+    """What a decision records of its witness's text: 96 bits of its content digest
+    (the 48 of a ``cw:`` reference can be made to collide, about 2**24 tries, and a
+    colliding text there would keep a note whose claim it does not bear out)."""
+    return content_digest(text).split(":", 1)[1][:24]
+
+
 def _same_witness(witness: tuple[str, str], by_key: dict[str, Segment], common: int) -> bool:
-    """Whether the segment a replacement points to still reads as when it was adopted."""
-    key, ref = witness
+    """Whether the segment a replacement points to still reads as when it was adopted
+    (by its :func:`witness_digest`, or a state written before it by its reference)."""
+    key, seen = witness
     segment = by_key.get(key)
-    return segment is not None and _reads_as(segment, ref, common)
+    if segment is None:
+        return False
+    if seen.startswith("cw:"):
+        return _reads_as(segment, seen, common)
+    return _unchanged(segment, common) or witness_digest(segment.text) == seen
 
 
 def _orphaned_stubs(

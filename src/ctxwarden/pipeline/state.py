@@ -41,9 +41,12 @@ class Decision:
     """The session turn whose step adopted it (the next request re-reads its originals;
     ``-1``: unknown, from a state written without it)."""
     witness: tuple[str, str] | None = None
-    """Key and original's reference of the segment the replacement points to (a
-    duplicate's first copy, a superseded run's newest): it holds only while that
-    segment still reads the same."""
+    """Key and text digest of the segment the replacement points to (a duplicate's
+    first copy, a superseded run's newest): it holds only while that segment still
+    reads the same. The digest is the condenser's ``witness_digest`` (96 bits); a state
+    written before it holds the segment's ``cw:`` reference, compared as such (an older
+    replica reading the longer digest takes the witness past the unchanged prefix as
+    changed: its decision is made anew, never kept wrongly)."""
 
 
 @dataclass(slots=True)
