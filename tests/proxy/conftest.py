@@ -22,6 +22,13 @@ from ctxwarden.telemetry import MemoryRecorder
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 KEY_A = "sk-test-tenant-a"
+NO_CLIENT_TIMEOUT: dict[str, Any] = {
+    "x-stainless-read-timeout": openai.Omit(),
+    "x-stainless-timeout": openai.Omit(),
+}
+"""``extra_headers`` for an openai SDK call stating no timeout of its own: the proxy
+waits at least as long as a client states (``upstream.client_timeout``), so a test of
+the proxy's own read timeout sends none."""
 KEY_B = "sk-test-tenant-b"
 
 

@@ -15,6 +15,7 @@ import pytest
 from ctxwarden import Engine, EngineConfig
 from ctxwarden.errors import StoreError
 from ctxwarden.proxy import RECALL_TOOL_NAME, Reply, ToolCall
+from ctxwarden.proxy.upstream import client_timeout
 from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory, free_port
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -58,6 +59,45 @@ async def test_slow_upstream_is_504(make_proxy: ProxyFactory) -> None:
         status, body = await _post(proxy.openai_url + "/chat/completions", orjson.dumps(CHAT))
         assert status == 504 and body["error"]["type"] == "timeout"
         assert proxy.recorder.last(route="chat")["error_type"] == "UpstreamTimeout"
+
+
+async def test_a_client_waiting_longer_than_the_proxy_gets_its_slow_answer(
+    make_proxy: ProxyFactory,
+) -> None:
+    """helper-129: a non-streamed answer sends no byte until it is whole; an SDK client
+    stating a longer timeout than the proxy's read timeout got a 504, which it retried
+    (the upstream generated the answer three times)."""
+    async with make_proxy(read_timeout=0.3) as proxy:
+        proxy.fake.script(Reply(text="slow but fine", delay=1.0), Reply(text="slow", delay=1.0))
+        async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
+                                      max_retries=2, timeout=30.0) as client:  # fmt: skip
+            answer = await client.chat.completions.create(**CHAT)  # type: ignore[call-overload]
+        assert answer.choices[0].message.content == "slow but fine"
+        async with anthropic.AsyncAnthropic(api_key=KEY_A, base_url=proxy.url,
+                                            max_retries=2, timeout=30.0) as ac:  # fmt: skip
+            reply = await ac.messages.create(
+                model="claude-opus-5", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+        assert reply.content[0].text == "slow"  # type: ignore[union-attr]
+        assert len(proxy.fake.received) == 2  # once each: no retry
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"X-Stainless-Read-Timeout": "30.0", "X-Stainless-Timeout": "NOT_GIVEN"}, 30.0),
+        ({"x-stainless-timeout": "45"}, 45.0),
+        ({"x-stainless-read-timeout": "NOT_GIVEN", "x-stainless-timeout": "12"}, 12.0),
+        ({"x-stainless-read-timeout": "inf"}, None),
+        ({"x-stainless-read-timeout": "-3"}, None),
+        ({"x-stainless-timeout": "1e12"}, 24 * 3600.0),
+        ({}, None),
+    ],
+)
+def test_the_clients_stated_timeout_is_read_defensively(
+    headers: dict[str, str], seconds: float | None
+) -> None:
+    assert client_timeout(headers) == seconds
 
 
 @pytest.mark.parametrize("status", [400, 401, 429, 500, 503])

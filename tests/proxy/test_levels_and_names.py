@@ -32,7 +32,7 @@ from ctxwarden.errors import ConfigError
 from ctxwarden.proxy import Reply
 from ctxwarden.proxy.listen import ListenError
 from ctxwarden.proxy.upstream import upstream_name
-from tests.proxy.conftest import KEY_A, ProxyFactory, free_port
+from tests.proxy.conftest import KEY_A, NO_CLIENT_TIMEOUT, ProxyFactory, free_port
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
@@ -96,7 +96,9 @@ async def test_an_upstream_timeout_is_a_warning_streamed_or_not(make_proxy: Prox
         proxy.fake.script(Reply(text="one two three", chunk_delay=2.0))
         async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
                                       max_retries=0) as client:  # fmt: skip
-            stream = await client.chat.completions.create(**CHAT, stream=True)  # type: ignore[call-overload]
+            stream = await client.chat.completions.create(  # type: ignore[call-overload]
+                **CHAT, stream=True, extra_headers=NO_CLIENT_TIMEOUT
+            )
             with pytest.raises(openai.APIError):  # a stall cuts the stream
                 async for _ in stream:
                     pass

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from ctxwarden.proxy import RunningServer
 from ctxwarden.telemetry import EVENT_FIELDS
-from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+from tests.proxy.conftest import KEY_A, NO_CLIENT_TIMEOUT, Proxy, ProxyFactory
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
@@ -219,8 +219,9 @@ async def test_a_cut_off_stream_fails_for_the_client(
         async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
                                       max_retries=0) as client:  # fmt: skip
             stream = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": content}], stream=True
-            )
+                model="m", messages=[{"role": "user", "content": content}], stream=True,
+                extra_headers=NO_CLIENT_TIMEOUT,  # the proxy's read timeout holds
+            )  # fmt: skip
             with pytest.raises(openai.APIError):  # not a clean end of a truncated answer
                 async for chunk in stream:
                     text += chunk.choices[0].delta.content or ""
@@ -292,3 +293,38 @@ async def test_an_app_served_with_aiohttps_default_decoding_forwards_bodies_it_d
                     assert seen[-1] == (path, plain, "")
     finally:
         engine.close()
+
+
+_STORED = {
+    "id": "resp_1", "object": "response", "status": "completed", "model": "gpt-x",
+    "output": [], "tool_choice": "auto", "parallel_tool_calls": True,
+    "tools": [{"type": "function", "name": "bash", "parameters": {}},
+              {"type": "function", "name": "ctxwarden_recall", "parameters": {}}],
+}  # fmt: skip
+
+
+async def _stored_response(request: web.Request) -> web.Response:
+    """A stored response as OpenAI keeps it: with the tools the proxy sent."""
+    if request.path.endswith("/input_items"):
+        return web.json_response({"object": "list", "data": [], "has_more": False})
+    return web.json_response(_STORED)
+
+
+async def test_a_stored_response_read_back_shows_the_clients_tools(
+    make_proxy: ProxyFactory,
+) -> None:
+    """helper-129: ``responses.retrieve`` showed the recall tool its ``create`` hid."""
+    routes = {"/v1/responses/{rest:.*}": _stored_response}
+    async with _upstream(routes) as url, make_proxy(openai_upstream=url) as proxy:
+        async with openai.AsyncOpenAI(api_key=KEY_A, base_url=proxy.openai_url,
+                                      max_retries=0) as client:  # fmt: skip
+            stored = await client.responses.retrieve("resp_1")
+            items = await client.responses.input_items.list("resp_1")
+        assert [tool.name for tool in stored.tools] == ["bash"]  # type: ignore[union-attr]
+        assert stored.id == "resp_1" and items.data == []
+        async with (  # anything else of the answer as the upstream sent it
+            aiohttp.ClientSession() as session,
+            session.get(proxy.openai_url + "/responses/resp_1", headers=AUTH) as resp,
+        ):
+            body = await resp.json()
+    assert body == {**_STORED, "tools": _STORED["tools"][:1]}  # type: ignore[index]

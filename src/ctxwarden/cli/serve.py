@@ -36,7 +36,11 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--mode", "active | shadow | exact (default: the config's mode)", None),
     ("--canary-percent", "share of sessions condensed in active mode (0-100)", 100.0),
     ("--admin-token", "enables the loopback kill-switch endpoint", None),
-    ("--read-timeout", "seconds between upstream bytes before 504", 600.0),
+    (
+        "--read-timeout",
+        "seconds between upstream bytes before 504 (a longer client timeout wins)",
+        600.0,
+    ),
     ("--max-body-bytes", "largest body condensed (larger: forwarded untouched)", 32 * 1024 * 1024),
     (
         "--max-owed-body-bytes",

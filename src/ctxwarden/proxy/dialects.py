@@ -22,7 +22,15 @@ from ctxwarden.proxy.recall import (
 )
 from ctxwarden.tokens.registry import model_binds_thinking
 
-__all__ = ["DIALECTS", "MAX_TOOLS", "ChoiceKind", "Dialect", "choice_kind", "own_tools"]
+__all__ = [
+    "DIALECTS",
+    "MAX_TOOLS",
+    "ChoiceKind",
+    "Dialect",
+    "choice_kind",
+    "own_tools",
+    "without_recall_tool",
+]
 
 _CLIENT_ACTION_ITEMS = frozenset(
     {"function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call",
@@ -173,6 +181,18 @@ def _append_named_tool(
 def _is_recall_tool(tool: Any) -> bool:
     """A tool named at the top level (Responses, Messages) that is ours."""
     return isinstance(tool, dict) and tool.get("name") == RECALL_TOOL_NAME
+
+
+def without_recall_tool(response: Any) -> dict[str, Any] | None:
+    """A stored Responses response read back (``GET /v1/responses/{id}``) with
+    ``ctxwarden_recall`` gone from its echoed ``tools``, as the answer to its
+    ``create`` showed them (:func:`hide_recall_tool`, whose ``tool_choice`` and
+    ``parallel_tool_calls`` need the request, which a read does not carry); ``None``
+    when it shows no such tool."""
+    tools = response.get("tools") if isinstance(response, dict) else None
+    if not isinstance(tools, list) or not any(_is_recall_tool(t) for t in tools):
+        return None
+    return {**response, "tools": [t for t in tools if not _is_recall_tool(t)]}
 
 
 def _is_chat_recall_tool(tool: Any) -> bool:

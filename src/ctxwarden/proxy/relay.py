@@ -68,9 +68,10 @@ from ctxwarden.errors import StoreError, store_failure
 from ctxwarden.proxy import owed
 from ctxwarden.proxy.block_binding import with_beta
 from ctxwarden.proxy.bodies import decoded_by_server
-from ctxwarden.proxy.dialects import DIALECTS, Dialect
+from ctxwarden.proxy.dialects import DIALECTS, Dialect, without_recall_tool
 from ctxwarden.proxy.reasoning_links import one_call_at_a_time
 from ctxwarden.proxy.recall import (
+    RECALL_TOOL_NAME,
     TURN_ANSWERS,
     RecallAnswer,
     RoundResult,
@@ -301,12 +302,32 @@ async def relay(
         record.add_upstream(time.perf_counter() - started)
     if on_refused is not None and refused:
         return await on_refused(refusal)
+    if json_answer and status == 200 and _retrieves_a_response(ex.request):
+        data = _without_recall_tool(data)
     if json_answer and (b'"usage"' in data or ex.canary is not None):
         obj = _loads(data)
         record.usage.observe(obj)
         if status == 200 and isinstance(obj, dict):
             ex.answered(obj.get("id"))
     return web.Response(body=data, status=status, headers=headers)
+
+
+_RESPONSE_PATH = re.compile(r"/responses/[^/]+\Z")
+
+
+def _retrieves_a_response(request: web.Request) -> bool:
+    """Whether ``request`` reads a stored Responses response back
+    (``GET /v1/responses/{id}``)."""
+    return request.method == "GET" and _RESPONSE_PATH.search(request.path) is not None
+
+
+def _without_recall_tool(data: bytes) -> bytes:
+    """A stored response's JSON as :func:`~.dialects.without_recall_tool` shows it;
+    ``data`` itself when that changes nothing (or it is no JSON)."""
+    if RECALL_TOOL_NAME.encode() not in data:
+        return data
+    shown = without_recall_tool(_loads(data))
+    return data if shown is None else orjson.dumps(shown)
 
 
 async def _relay_streamed(
@@ -674,8 +695,11 @@ async def _stream_round(
 
     An upstream error event ends the turn in any round, the first included: it went
     out as the upstream sent it, and nothing follows it (no recall call of the round
-    answered, no continuation billed, no ending that would pass the answer as
-    complete); the connection is aborted and the request counted as a cut 502."""
+    answered, no continuation billed, no ending event that would pass the answer as
+    complete); the response then ends cleanly, as the upstream's did (the error event
+    tells the client; a cut connection would read as a network failure to it, with
+    other retries), and the request is logged as a plain relay logs one: the
+    upstream's status, ``error_type`` ``UpstreamStreamError``, at warning."""
     if out is None or upstream.status != 200 or not _is_sse(upstream):
         data = await _read(upstream)
         if out is None:
@@ -692,11 +716,11 @@ async def _stream_round(
         # an error event, or a continuation that stopped short: never the previous
         # round's ending, which would pass a truncated answer as complete (a first
         # round that ends short with no error event passes as a plain relay would)
-        record.set(error_type=STREAM_ERROR if flt.errored else "UpstreamIncomplete")
         if flt.errored:  # its error event went out already
-            record.cut(502)
-            _abort(ex.request)
+            record.upstream_failed(STREAM_ERROR)
+            await _end(out)
             return out
+        record.set(error_type="UpstreamIncomplete")
         message = "upstream ended a recall continuation early"
         return await _fail(ex.request, out, flt, 502, b"", message, record)
     return None

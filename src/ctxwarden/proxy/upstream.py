@@ -3,8 +3,9 @@
 Contract:
 
 - One ``ClientSession`` per app with a keep-alive connection pool; timeouts are
-  ``connect`` (to establish), ``sock_read`` (between bytes, so long streams live) and
-  an optional ``total``.
+  ``connect`` (to establish), ``sock_read`` (between bytes, so long streams live;
+  raised per request to a longer timeout the client states, :func:`client_timeout`)
+  and an optional ``total``.
 - Request headers are forwarded untouched except hop-by-hop headers, ``Host``,
   ``Content-Length`` (recomputed, or given for a streamed body of known length), the
   proxy's own ``x-ctxwarden-*`` and ``Accept-Encoding``: the proxy reads and relays
@@ -27,6 +28,7 @@ Contract:
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from urllib.parse import SplitResult, urlsplit
@@ -43,6 +45,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamTimeout",
     "UpstreamUnavailable",
+    "client_timeout",
     "plain_netloc",
     "request_headers",
     "response_headers",
@@ -152,9 +155,10 @@ class Upstream:
         be reused).
         """
         sent = request_headers(headers, decoded=decoded, length=length)
+        timeout = self._timeout_for(headers)
         try:
             response = await self.session.request(
-                method, url, headers=sent, data=body, allow_redirects=False
+                method, url, headers=sent, data=body, allow_redirects=False, timeout=timeout
             )
         except aiohttp.ConnectionTimeoutError as exc:
             said = f"no connection within {self.timeout.connect}s"
@@ -162,7 +166,7 @@ class Upstream:
                 f"upstream {upstream_name(url)}: {said}", f"upstream: {said}"
             ) from exc
         except TimeoutError as exc:
-            said = f"did not answer within {self._limit()}"
+            said = f"did not answer within {timeout.sock_read or timeout.total}s"
             raise UpstreamTimeout(
                 f"upstream {upstream_name(url)} {said}", f"upstream {said}"
             ) from exc
@@ -179,11 +183,52 @@ class Upstream:
             else:
                 response.close()
 
-    def _limit(self) -> str:
-        return f"{self.timeout.sock_read or self.timeout.total}s"
+    def _timeout_for(self, headers: Mapping[str, str]) -> aiohttp.ClientTimeout:
+        """The timeouts for one request: the proxy's, with the wait between bytes
+        raised to the client's own (:func:`client_timeout`) and a little more when
+        that is longer. A non-streamed answer sends no
+        byte until it is whole: a client that waits 30 minutes for one gets it, or its
+        own timeout, never the proxy's 504 first (which the SDKs retry, paying for the
+        generation again)."""
+        client = client_timeout(headers)
+        read = self.timeout.sock_read
+        if client is None or read is None or client + CLIENT_TIMEOUT_MARGIN <= read:
+            return self.timeout
+        return aiohttp.ClientTimeout(
+            total=self.timeout.total,
+            connect=self.timeout.connect,
+            sock_read=client + CLIENT_TIMEOUT_MARGIN,
+        )
 
     async def close(self) -> None:
         await self.session.close()
+
+
+CLIENT_TIMEOUT_MARGIN = 5.0
+"""Seconds the proxy waits past a client's stated timeout, so the client's own
+timeout fires first, as it would without the proxy."""
+
+MAX_CLIENT_TIMEOUT = 24 * 3600.0
+"""The longest client timeout honoured (a larger one is taken as this)."""
+
+
+def client_timeout(headers: Mapping[str, str]) -> float | None:
+    """The client's own wait between bytes in seconds, as the openai and anthropic SDKs
+    state it (``X-Stainless-Read-Timeout``, else ``X-Stainless-Timeout``); ``None``
+    when neither is a positive finite number (the anthropic SDK sends ``NOT_GIVEN``
+    as the latter at times)."""
+    stated = {k.lower(): v for k, v in headers.items() if k.lower() in _TIMEOUT_HEADERS}
+    for name in _TIMEOUT_HEADERS:
+        try:
+            seconds = float(stated.get(name, ""))
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds > 0:
+            return min(seconds, MAX_CLIENT_TIMEOUT)
+    return None
+
+
+_TIMEOUT_HEADERS = ("x-stainless-read-timeout", "x-stainless-timeout")
 
 
 def translate_read_error(exc: BaseException) -> UpstreamError:
