@@ -1,5 +1,6 @@
-"""EngineConfig's sections given as models: each is the same config as its values
-written as a dict (a ``[pipeline]`` table overrides the preset field by field)."""
+"""EngineConfig's sections given as models: a model is the config it prints, all of
+its fields, defaults included; a dict (a ``[pipeline]`` table) overrides the preset
+key by key."""
 
 from __future__ import annotations
 
@@ -14,54 +15,86 @@ from ctxwarden import ConfigError, Engine, EngineConfig
 from ctxwarden.config import BudgetConfig, StoreConfig, validated_config
 from ctxwarden.passes.config import MaskConfig, SummarizeConfig, TruncateConfig
 from ctxwarden.pipeline.presets import (
+    PASS_NAMES,
     PRESETS,
     PipelineConfig,
     PlannerConfig,
     ToolPolicy,
     resolve_pipeline,
 )
+from ctxwarden.store import MemoryStore
+from tests.passes.convo import call_with, dumps, lines_of, request, result
 
 
 def _resolved(config: EngineConfig) -> PipelineConfig:
     return resolve_pipeline(config.preset, config.pipeline)
 
 
-def test_a_pipeline_model_is_accepted_as_its_values_written_as_a_dict() -> None:
-    """It was refused: 'pipeline: Input should be a valid dictionary'."""
-    model = PipelineConfig(
-        recency_tokens=500,
-        mask=MaskConfig(min_tokens=80),
-        planner=PlannerConfig(floor_tokens=64),
-        tools={"bash": ToolPolicy(exclude=True)},
-    )
-    table = {
-        "recency_tokens": 500,
-        "mask": {"min_tokens": 80},
-        "planner": {"floor_tokens": 64},
-        "tools": {"bash": {"exclude": True}},
-    }
-    for preset in PRESETS:
-        as_model = EngineConfig(preset=preset, pipeline=model)
-        assert as_model == EngineConfig(preset=preset, pipeline=table)
-        assert _resolved(as_model).mask.max_keywords == PRESETS[preset].mask.max_keywords
-        with Engine(as_model.model_copy(update={"store": StoreConfig(backend="memory")})):
-            pass
+def _conversation() -> dict[str, Any]:
+    """Six turns of prose, long call arguments and outputs: each preset condenses it
+    differently (checked below)."""
+    turns: list[dict[str, Any]] = []
+    for t in range(6):
+        prose = "I will now inspect the module carefully. " * 30 + f"Turn {t} ends here."
+        arguments = {"command": f"cat src/mod{t}.py", "content": "x = 1  # filler\n" * 40}
+        turns.append(call_with(f"c{t}", "bash", arguments, prose))
+        turns.append(result(f"c{t}", lines_of(f"t{t}", 120, extra=(f"ERROR: mod{t} failed",))))
+    return request(*turns)
 
 
+def _condensed(config: EngineConfig) -> bytes:
+    with Engine(config, store=MemoryStore()) as engine:
+        return dumps(engine.condense(_conversation(), api="openai.chat", one_shot=True).request)
+
+
+def test_the_presets_condense_the_test_conversation_differently() -> None:
+    outputs = {name: _condensed(EngineConfig(preset=name)) for name in PRESETS}
+    assert len(set(outputs.values())) == len(PRESETS)
+
+
+@pytest.mark.parametrize("base", sorted(PRESETS))
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_a_preset_given_as_the_pipeline_model_is_that_preset(name: str) -> None:
-    config = EngineConfig(preset="balanced", pipeline=PRESETS[name])
-    assert _resolved(config) == PRESETS[name]
+def test_a_config_equal_to_a_preset_condenses_as_that_preset(name: str, base: str) -> None:
+    """``preset="aggressive", pipeline=PRESETS["balanced"]`` ran aggressive (a model
+    counted as the fields it was given, and a preset's are none); over another preset,
+    a mix of the two, or a ConfigError naming a key nobody wrote."""
+    expected = _condensed(EngineConfig(preset=name))
+    loaded = PipelineConfig.model_validate(PRESETS[name].model_dump())  # every field set
+    for equal in (PRESETS[name], loaded, *([PipelineConfig()] if name == "balanced" else [])):
+        assert equal == PRESETS[name]
+        config = EngineConfig(preset=base, pipeline=equal)
+        assert _resolved(config) == PRESETS[name]
+        assert _condensed(config) == expected
 
 
-def test_models_inside_the_pipeline_dict_override_only_what_they_were_given() -> None:
-    """A MaskConfig in the dict replaced the preset's whole mask table with the
-    model's defaults (aggressive's max_keywords = 40 became 100), and a pass enabled
-    by a model escaped the check that it is in the order."""
-    config = EngineConfig(preset="aggressive", pipeline={"mask": MaskConfig(min_tokens=90)})
-    assert config == EngineConfig(preset="aggressive", pipeline={"mask": {"min_tokens": 90}})
+def test_a_printed_model_is_the_model_that_runs() -> None:
+    """The user's model said summarize.enabled=False, min_tokens=300 (SummarizeConfig's
+    own defaults); the engine ran the pipeline's enabled=True, min_tokens=40."""
+    mine = PipelineConfig(summarize=SummarizeConfig(keep_sentences=3))
+    assert _resolved(EngineConfig(pipeline=mine)) == mine
+    assert mine.summarize == PRESETS["balanced"].summarize.model_copy(update={"keep_sentences": 3})
+    mask = MaskConfig(min_tokens=90)  # aggressive's mask keeps 40 keywords; this one 100
+    config = EngineConfig(preset="aggressive", pipeline={"mask": mask})
+    assert _resolved(config).mask == mask
+    assert _resolved(config).planner == PRESETS["aggressive"].planner  # the rest: aggressive
+
+
+def test_every_pass_models_defaults_are_the_balanced_table() -> None:
+    """So a model built with a few fields is balanced's table with those changed."""
+    balanced = PRESETS["balanced"]
+    assert PipelineConfig() == balanced
+    for name in PASS_NAMES:
+        settings = getattr(balanced, name)
+        assert settings == type(settings)(), name
+
+
+def test_a_dict_still_overrides_only_its_keys() -> None:
+    config = EngineConfig(preset="aggressive", pipeline={"mask": {"min_tokens": 90}})
     mask = _resolved(config).mask
     assert (mask.min_tokens, mask.max_keywords) == (90, PRESETS["aggressive"].mask.max_keywords)
+
+
+def test_a_pass_model_enabled_outside_the_order_is_refused() -> None:
     with pytest.raises(ConfigError) as info:
         validated_config(
             {"preset": "conservative", "pipeline": {"summarize": SummarizeConfig(enabled=True)}}
@@ -69,11 +102,26 @@ def test_models_inside_the_pipeline_dict_override_only_what_they_were_given() ->
     assert info.value.key == "pipeline.summarize.enabled"
 
 
-def test_a_bad_value_in_a_pipeline_model_is_named_as_in_a_dict() -> None:
+def test_a_pass_model_is_not_a_pipeline() -> None:
     wrong = EngineConfig(pipeline=TruncateConfig(max_bytes=10))
     with pytest.raises(ConfigError) as info:
         _resolved(wrong)  # a pass's settings are not the whole pipeline
-    assert info.value.key == "pipeline.max_bytes" and info.value.reason == "unknown key"
+    assert info.value.key.startswith("pipeline.") and info.value.reason == "unknown key"
+
+
+def test_the_models_of_the_pipeline_tables_stand_for_all_their_fields() -> None:
+    model = PipelineConfig(
+        recency_tokens=500,
+        mask=MaskConfig(min_tokens=80),
+        planner=PlannerConfig(floor_tokens=64),
+        tools={"bash": ToolPolicy(exclude=True)},
+    )
+    for preset in PRESETS:
+        as_model = EngineConfig(preset=preset, pipeline=model)
+        assert as_model == EngineConfig(preset=preset, pipeline=model.model_dump())
+        assert _resolved(as_model) == model
+        with Engine(as_model.model_copy(update={"store": StoreConfig(backend="memory")})):
+            pass
 
 
 @pytest.mark.parametrize(
@@ -104,6 +152,7 @@ _SETTINGS = st.fixed_dictionaries(
                 "keywords_per_1k_tokens": st.floats(0, 100),
             },
         ),
+        "summarize": st.fixed_dictionaries({}, optional={"keep_sentences": st.integers(1, 5)}),
         "truncate": st.fixed_dictionaries({}, optional={"max_lines": st.integers(1, 5000)}),
         "planner": st.fixed_dictionaries({}, optional={"floor_tokens": st.integers(0, 500)}),
     },
@@ -111,11 +160,13 @@ _SETTINGS = st.fixed_dictionaries(
 
 
 @given(preset=st.sampled_from(sorted(PRESETS)), table=_SETTINGS)
-def test_a_pipeline_model_resolves_as_its_table(preset: str, table: dict[str, Any]) -> None:
+def test_a_pipeline_model_runs_as_it_prints_over_any_preset(
+    preset: str, table: dict[str, Any]
+) -> None:
     model = PipelineConfig.model_validate(table)
     as_model = EngineConfig(preset=preset, pipeline=model)
-    assert as_model.pipeline == table
-    assert _resolved(as_model) == resolve_pipeline(preset, table)
+    assert _resolved(as_model) == model
+    assert resolve_pipeline(preset, model.model_dump()) == model
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,8 @@ from ctxwarden.errors import ConfigError
 
 __all__ = [
     "BudgetConfig",
+    "ConfigModel",
+    "ConfigValueError",
     "EngineConfig",
     "Mode",
     "StoreConfig",
@@ -49,11 +51,39 @@ __all__ = [
 Mode = Literal["active", "shadow", "exact"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ConfigValueError(ConfigError, ValueError):
+    """The :class:`ConfigError` a config model built directly raises; a ``ValueError``
+    too, as pydantic's ``ValidationError`` is, so code that caught that still does."""
 
 
-class BudgetConfig(_Strict):
+class ConfigModel(BaseModel):
+    """The base of every config model: strict (unknown keys rejected), frozen, no
+    infinity or NaN in a float field. Built directly (``MaskConfig(min_tokenz=5)``),
+    a model raises :class:`ConfigValueError` naming the model and the first invalid
+    key in one line (``MaskConfig.min_tokenz: unknown key``), as a config file does,
+    not pydantic's multi-line ``ValidationError``. ``model_validate`` and a model's
+    validation as a field of another keep pydantic's ``ValidationError``, whose
+    location the enclosing model's error names in full (``pipeline.mask.min_tokens``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    if not TYPE_CHECKING:  # type checkers keep pydantic's own signature (field names)
+
+        def __init__(self, **data: Any) -> None:
+            try:
+                super().__init__(**data)
+            except ValidationError as exc:
+                error = config_error(exc, type(self).__name__)
+                raise ConfigValueError(error.reason, error.key) from None
+
+        # pydantic calls a model's own __init__ for model_validate and for a nested
+        # table (where a ConfigError would lose the enclosing key) unless it is marked
+        # as the base one, as pydantic marks BaseModel.__init__ (and RootModel's)
+        __init__.__pydantic_base_init__ = True
+
+
+class BudgetConfig(ConfigModel):
     """Overrides of the registry's window and output reserve."""
 
     context_window: StrictInt | None = Field(None, gt=0, description="Explicit context window.")
@@ -74,7 +104,7 @@ class BudgetConfig(_Strict):
         return self
 
 
-class StoreConfig(_Strict):
+class StoreConfig(ConfigModel):
     """Where originals of condensed content are kept."""
 
     backend: Literal["sqlite", "memory", "redis", "postgres"] = "sqlite"
@@ -111,8 +141,16 @@ class StoreConfig(_Strict):
     )
 
 
-class EngineConfig(_Strict):
-    """Everything the engine needs; ``EngineConfig()`` is the default (balanced)."""
+class EngineConfig(ConfigModel):
+    """Everything the engine needs; ``EngineConfig()`` is the default (balanced).
+
+    ``pipeline`` holds overrides of the preset, as a ``[pipeline]`` table does. A model
+    given for it, or for a table inside it, stands for all of its fields, its defaults
+    included, exactly as it prints: a whole :class:`PipelineConfig` (a preset such as
+    ``PRESETS["conservative"]`` too) is the pipeline that runs, whatever ``preset``
+    says; a ``MaskConfig(min_tokens=80)`` in the dict is the whole mask table. To
+    change only some fields of the preset, give them as a dict
+    (``{"mask": {"min_tokens": 80}}``)."""
 
     mode: Mode = "active"
     preset: str = Field("balanced", description="Pipeline preset the passes start from.")
@@ -121,7 +159,8 @@ class EngineConfig(_Strict):
         description="Overrides of the preset's pass settings, deep-merged into it: a dict "
         "(a ``[pipeline]`` table), or a ``PipelineConfig`` (models may also stand for "
         "tables inside the dict, e.g. ``{'mask': MaskConfig(min_tokens=80)}``); a model "
-        "overrides the fields it was given, as the same values written as a dict do.",
+        "stands for all of its fields as it prints, defaults included: a whole "
+        "``PipelineConfig`` is the pipeline, the preset unused.",
     )
     budget: BudgetConfig = BudgetConfig()
     store: StoreConfig = StoreConfig()
@@ -142,21 +181,23 @@ class EngineConfig(_Strict):
         def __init__(self, **data: Any) -> None:
             """Raises :class:`ConfigError` naming the first invalid key, as a config
             file does (not pydantic's multi-line error); so do ``model_validate`` and
-            ``model_validate_json`` of a mapping."""
+            ``model_validate_json`` of a mapping (the keys are the file's: no model
+            name before them)."""
             try:
-                super().__init__(**data)
+                BaseModel.__init__(self, **data)
             except ValidationError as exc:
                 raise config_error(exc) from None
 
 
 def overrides_of(value: Any) -> Any:
     """``value`` with each pydantic model in it (a ``PipelineConfig``, a ``MaskConfig``
-    in a dict) as the dict of the fields it was given (models nested in it too): the
-    overrides the same values written as a dict are, so they merge into a preset the
-    same way (a model's defaults would otherwise replace the preset's values). Anything
-    else is left as it is, for the model to check."""
+    in a dict) as the dict of all of its fields, defaults included (models nested in it
+    too): a model is the config it prints, so it replaces the preset's table whole (a
+    ``PipelineConfig``: the whole pipeline, see
+    :func:`~ctxwarden.pipeline.presets.resolve_pipeline`); only a dict overrides just the
+    keys it holds. Anything else is left as it is, for the model to check."""
     if isinstance(value, BaseModel):
-        return value.model_dump(exclude_unset=True)
+        return value.model_dump()
     if isinstance(value, dict):
         return {key: overrides_of(item) for key, item in value.items()}
     return value

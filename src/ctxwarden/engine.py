@@ -28,7 +28,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +52,10 @@ from ctxwarden.io import guess_api
 from ctxwarden.model.classify import classify, signed_reasoning_end
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes, wire_size
+from ctxwarden.model.parts import ToolCallPart
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
-from ctxwarden.pipeline.presets import resolve_pipeline
+from ctxwarden.pipeline.presets import resolve_pipeline, unmatched_tool_policies
 from ctxwarden.pipeline.state import SessionState
 from ctxwarden.pipeline.thinking import drop_thinking, droppable_from, opens_user_turn
 from ctxwarden.pipeline.validate import validate_rewrite
@@ -120,7 +121,9 @@ class Engine:
                 "EngineConfig(**data), or EngineConfig.model_validate(data))"
             )
         self.config = config or EngineConfig()
-        resolve_pipeline(self.config.preset, self.config.pipeline)
+        self._tool_policies = resolve_pipeline(self.config.preset, self.config.pipeline)
+        """The resolved pipeline, for its tool policies (the condenser, which holds it
+        too, opens the store when made)."""
         if store is None:
             _check_store_config(self.config)
         self.registry = load_registry()
@@ -386,6 +389,10 @@ class Engine:
         if mode == "exact":
             report["duration_ms"] = _ms(started)
             return CondenseResult(dict(request), report)
+        if self._tool_policies.tools:
+            report["tool_policies_unmatched"] = unmatched_tool_policies(
+                self._tool_policies, _called_tools(conversation)
+            )
         bound = (  # past every message: nothing new anywhere
             _ThinkingBound.nothing_new(conversation)
             if adopted_only
@@ -629,6 +636,14 @@ def _check_store_config(config: EngineConfig) -> None:
         raise ConfigError(f"the {store.backend} store needs a url", "store.url")
 
 
+def _called_tools(conversation: Conversation) -> Iterator[str]:
+    """The names of the tools ``conversation``'s calls name."""
+    for message in conversation.messages:
+        for part in message.parts:
+            if isinstance(part, ToolCallPart):
+                yield part.name
+
+
 def _zero_counters() -> dict[str, Any]:
     """The report's counters before anything is done (fresh containers each call)."""
     return {
@@ -642,6 +657,7 @@ def _zero_counters() -> dict[str, Any]:
         "fallbacks": 0,
         "artifacts_stored": 0,
         "references": [],
+        "tool_policies_unmatched": [],
     }
 
 

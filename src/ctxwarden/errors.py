@@ -8,6 +8,7 @@ Every error that leaves the package is a :class:`CtxwardenError`; foreign errors
     ├── RequestError            a client request is not what its API expects
     │   └── MalformedRequest    (names the JSON path, e.g. ``/messages/3/tool_call_id``)
     ├── ConfigError             a configuration value is invalid (names the key)
+    │   └── ConfigValueError    (config.py) a config model built directly; a ValueError too
     ├── StoreError              the artifact store failed or is unavailable
     │   ├── ArtifactMissing     a reference does not resolve
     │   └── ArtifactCorrupted   stored bytes no longer match their address

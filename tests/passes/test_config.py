@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -18,7 +19,14 @@ from ctxwarden.passes.config import (
     SupersedeConfig,
     TruncateConfig,
 )
-from ctxwarden.pipeline.presets import PRESETS, PipelineConfig, build_passes, resolve_pipeline
+from ctxwarden.pipeline.presets import (
+    PRESETS,
+    PipelineConfig,
+    PlannerConfig,
+    ToolPolicy,
+    build_passes,
+    resolve_pipeline,
+)
 
 CONFIGS: dict[str, type[BaseModel]] = {
     "dedupe": DedupeConfig,
@@ -155,8 +163,6 @@ def test_build_passes_follows_order_and_enabled() -> None:
         },
     )
     assert [p.name for p in build_passes(config)] == ["mask", "summarize"]
-    off = resolve_pipeline("balanced", {"order": ["summarize"], "summarize": {"enabled": False}})
-    assert build_passes(off) == []
     aggressive = build_passes(PRESETS["aggressive"])
     assert [p.name for p in aggressive] == list(PRESETS["aggressive"].order)
 
@@ -256,3 +262,173 @@ def test_a_turns_error_names_a_key_that_was_given(
         assert exc.key.removeprefix("pipeline.planner.") in planner
     else:
         assert resolved.planner.min_expected_turns <= resolved.planner.max_expected_turns
+
+
+# --- settings that could never take effect are refused by key ---------------------
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides", "key", "message"),
+    [
+        (  # outputs were masked, not stubbed as the policy says
+            "balanced",
+            {"tools": {"bash": {"suppress": True}}, "suppress": {"enabled": False}},
+            "pipeline.tools.bash.suppress",
+            "the suppress pass is disabled",
+        ),
+        (  # exclude won silently
+            "balanced",
+            {"tools": {"bash": {"exclude": True, "suppress": True}}},
+            "pipeline.tools.bash.suppress",
+            "exclude keeps this tool's outputs whole",
+        ),
+        (  # conservative's order leaves summarize out: the key did nothing
+            "conservative",
+            {"summarize": {"keep_sentences": 3}},
+            "pipeline.summarize.keep_sentences",
+            "the summarize pass is not in pipeline.order (the conservative preset's)",
+        ),
+        (
+            "conservative",
+            {"trim_args": {"max_value_chars": 80, "enabled": False}},
+            "pipeline.trim_args.enabled",
+            "the trim_args pass is not in pipeline.order",
+        ),
+        (  # as an empty order is refused: no pass ran
+            "balanced",
+            {"order": ["truncate"], "truncate": {"enabled": False}},
+            "pipeline.order",
+            "every pass in it is disabled",
+        ),
+        ("balanced", {"suppress": {"min_tokens": 1_000_000}}, "pipeline.suppress.min_tokens",
+         "unknown key"),  # was accepted: 5 outputs still suppressed
+        ("balanced", {"truncate": {"min_tokens": 10}}, "pipeline.truncate.min_tokens",
+         "unknown key"),  # was accepted and never read
+    ],
+)  # fmt: skip
+def test_a_setting_that_would_do_nothing_is_refused_by_key(
+    preset: str, overrides: dict[str, Any], key: str, message: str
+) -> None:
+    from ctxwarden.config import validated_config
+
+    with pytest.raises(ConfigError) as info:
+        validated_config({"preset": preset, "pipeline": overrides}, "ctxwarden.toml")
+    assert info.value.key == key and info.value.source == "ctxwarden.toml"
+    assert message in info.value.reason
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides"),
+    [
+        # an order given with a table is taken as meant: the table waits for the pass
+        ("balanced", {"order": ["dedupe", "mask"], "summarize": {"keep_sentences": 3}}),
+        ("conservative", {"tools": {"beat": {"suppress": True}}}),
+        ("balanced", {"mask": {"enabled": False, "min_tokens": 5}}),  # parked settings
+        ("balanced", {"tools": {"bash": {"exclude": True, "suppress": False}}}),
+        ("balanced", {"order": ["truncate", "mask"], "truncate": {"enabled": False}}),
+        ("conservative", {"mask": {"min_tokens": 100}}),
+    ],
+)
+def test_settings_that_can_take_effect_are_still_accepted(
+    preset: str, overrides: dict[str, Any]
+) -> None:
+    resolve_pipeline(preset, overrides)
+
+
+@pytest.mark.parametrize("base", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_presets_own_tables_never_trip_the_checks(name: str, base: str) -> None:
+    """Conservative's summarize table (enabled, outside its order) is its own: given
+    whole as the pipeline over another preset, it is that preset."""
+    assert resolve_pipeline(base, PRESETS[name].model_dump()) == PRESETS[name]
+    assert resolve_pipeline(name, {}) == PRESETS[name]
+
+
+def test_the_passes_that_read_no_size_threshold_have_none() -> None:
+    from ctxwarden.passes.config import SuppressConfig
+
+    for model in (SuppressConfig, TruncateConfig):
+        assert "min_tokens" not in model.model_fields
+    assert {"min_tokens"} <= set(MaskConfig.model_fields) & set(SummarizeConfig.model_fields)
+
+
+# --- numbers: strict and finite ------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["5", True, "1e3"])
+def test_keywords_per_1k_tokens_is_a_number_not_a_string_or_bool(value: Any) -> None:
+    """The only float a string or bool was converted to ("5" -> 5.0, true -> 1.0)."""
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("balanced", {"mask": {"keywords_per_1k_tokens": value}})
+    assert info.value.key == "pipeline.mask.keywords_per_1k_tokens"
+    whole = resolve_pipeline("balanced", {"mask": {"keywords_per_1k_tokens": 5}})
+    assert whole.mask.keywords_per_1k_tokens == 5.0
+
+
+_NOT_FINITE = [
+    ({"planner": {"min_expected_turns": math.inf, "max_expected_turns": math.inf}},
+     "pipeline.planner.min_expected_turns"),  # every cut scored inf: it condensed less
+    ({"planner": {"lindy_factor": math.inf}}, "pipeline.planner.lindy_factor"),
+    ({"mask": {"min_mention_score": math.inf}}, "pipeline.mask.min_mention_score"),
+    ({"planner": {"floor_ratio": math.nan}}, "pipeline.planner.floor_ratio"),
+    ({"mask": {"max_ratio": math.nan}}, "pipeline.mask.max_ratio"),
+    ({"keep_newest_percent": -math.inf}, "pipeline.keep_newest_percent"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overrides", "key"), _NOT_FINITE)
+def test_a_float_is_finite(overrides: dict[str, Any], key: str) -> None:
+    """NaN was refused as "less than or equal to 1", which misdescribes it."""
+    with pytest.raises(ConfigError) as info:
+        resolve_pipeline("balanced", overrides)
+    assert info.value.key == key
+    assert info.value.reason == "Input should be a finite number"
+
+
+def test_inf_and_nan_in_a_toml_file_are_refused_by_key(tmp_path: Any) -> None:
+    from ctxwarden.config import load_config
+
+    path = tmp_path / "c.toml"
+    for text, key in [
+        ("[pipeline.planner]\nmin_expected_turns = inf\nmax_expected_turns = inf\n",
+         "pipeline.planner.min_expected_turns"),
+        ("[pipeline.planner]\nfloor_ratio = nan\n", "pipeline.planner.floor_ratio"),
+    ]:  # fmt: skip
+        path.write_text(text)
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert info.value.key == key and info.value.source == str(path)
+
+
+# --- models built directly: ConfigError, one line naming the key --------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "key"),
+    [
+        (lambda: MaskConfig(min_tokenz=5), "MaskConfig.min_tokenz"),  # type: ignore[call-arg]
+        (lambda: TruncateConfig(max_bytes=0), "TruncateConfig.max_bytes"),
+        (lambda: PipelineConfig(keep_newest_outputs=-1), "PipelineConfig.keep_newest_outputs"),
+        (lambda: PipelineConfig(mask={"min_tokens": -1}), "PipelineConfig.mask.min_tokens"),  # type: ignore[arg-type]
+        (lambda: PlannerConfig(floor_ratio=math.nan), "PlannerConfig.floor_ratio"),
+        (lambda: ToolPolicy(exclude=True, suppress=True), "ToolPolicy.suppress"),
+    ],
+)
+def test_a_model_built_directly_raises_a_config_error_naming_the_key(build: Any, key: str) -> None:
+    """It raised pydantic's four-line ValidationError; only EngineConfig was wrapped."""
+    with pytest.raises(ConfigError) as info:
+        build()
+    assert not isinstance(info.value, ValidationError)
+    assert info.value.key == key and "\n" not in str(info.value)
+    assert isinstance(info.value, ValueError)  # as pydantic's error is: caught as before
+
+
+def test_validating_a_model_keeps_pydantics_error_and_the_enclosing_key() -> None:
+    """model_validate (and a model validated as a field of another) is pydantic's own
+    path: its ValidationError, whose location the pipeline's error names in full."""
+    with pytest.raises(ValidationError):
+        MaskConfig.model_validate({"min_tokens": -1})
+    with pytest.raises(ValidationError) as caught:
+        PipelineConfig.model_validate({"mask": {"min_tokens": -1}})
+    assert caught.value.errors()[0]["loc"] == ("mask", "min_tokens")

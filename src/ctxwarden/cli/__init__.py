@@ -1,7 +1,8 @@
 """The ``ctxwarden`` command line. Each command group lives in its own module and
 registers its subcommands; errors print one line on stderr and exit non-zero.
 
-The line names the command as typed (``ctxwarden store gc: error: ...``), and a
+The line names the command as typed (``ctxwarden store gc: error: ...``; a group keeps
+its subcommand as ``<group>_command``), and a
 request error of a command that reads a request file (``condense``, ``inspect``) names
 that file first (``ctxwarden condense: error: req.json: ... at /messages/3``)."""
 
@@ -22,6 +23,7 @@ _COMMAND_MODULES = (
     "ctxwarden.cli.store",
     "ctxwarden.cli.replay",
     "ctxwarden.cli.serve",
+    "ctxwarden.cli.config_show",
 )
 
 
@@ -45,7 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    command = " ".join(filter(None, (args.command, getattr(args, "store_command", None))))
+    # a command group's subcommand is kept as <group>_command (store gc, config show)
+    group_command = getattr(args, f"{args.command}_command", None)
+    command = " ".join(filter(None, (args.command, group_command)))
     try:
         return handler(args)
     except CtxwardenError as exc:

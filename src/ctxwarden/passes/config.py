@@ -1,9 +1,19 @@
-"""One config model per pass: typed, bounded, unknown keys rejected."""
+"""One config model per pass: typed, bounded, unknown keys rejected, floats finite.
+
+Each model's defaults are the balanced preset's settings for its pass (a
+``PipelineConfig()`` is made of them), so a model built with a few fields is the
+balanced table with those changed, as it prints. A pass that reads no size threshold
+(``suppress``, which goes by tool name, and the ``truncate`` guardrail, which goes by
+its own limits) has no ``min_tokens``: the key is refused as unknown rather than
+accepted and never read. Built directly, a model raises
+:class:`~ctxwarden.errors.ConfigError` (:class:`~ctxwarden.config.ConfigModel`).
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
+from ctxwarden.config import ConfigModel
 from ctxwarden.tokens.budget import Band
 
 __all__ = [
@@ -11,6 +21,7 @@ __all__ = [
     "MaskConfig",
     "NormalizeConfig",
     "PassConfig",
+    "SizedPassConfig",
     "SummarizeConfig",
     "SupersedeConfig",
     "SuppressConfig",
@@ -19,14 +30,10 @@ __all__ = [
 ]
 
 
-class PassConfig(BaseModel):
-    """Settings every pass has: on/off, a size threshold and a pressure condition."""
+class PassConfig(ConfigModel):
+    """Settings every pass has: on/off and a pressure condition."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     enabled: StrictBool = True
-    min_tokens: StrictInt = Field(
-        40, ge=0, description="Segments smaller than this are left alone."
-    )
     min_band: Band | None = Field(
         None, description="Run only when the request's pressure band is at least this."
     )
@@ -38,13 +45,21 @@ class PassConfig(BaseModel):
     )
 
 
-class DedupeConfig(PassConfig):
+class SizedPassConfig(PassConfig):
+    """A pass that leaves segments under a size threshold alone."""
+
+    min_tokens: StrictInt = Field(
+        40, ge=0, description="Segments smaller than this are left alone."
+    )
+
+
+class DedupeConfig(SizedPassConfig):
     """Exact duplicates become a reference to the first copy (lossless)."""
 
     min_tokens: StrictInt = Field(24, ge=0)
 
 
-class SupersedeConfig(PassConfig):
+class SupersedeConfig(SizedPassConfig):
     """Outputs made stale by a newer run of the same action (lossless via reference)."""
 
     keep_newest: StrictInt = Field(
@@ -55,7 +70,7 @@ class SupersedeConfig(PassConfig):
     )
 
 
-class NormalizeConfig(PassConfig):
+class NormalizeConfig(SizedPassConfig):
     """ANSI escapes, progress bars, repeated lines, trailing whitespace, pretty JSON."""
 
     min_saving_tokens: StrictInt = Field(32, ge=0)
@@ -65,7 +80,7 @@ class NormalizeConfig(PassConfig):
     minify_json: StrictBool = True
 
 
-class MaskConfig(PassConfig):
+class MaskConfig(SizedPassConfig):
     """Old outputs outside the recency budget become placeholders (original in store)."""
 
     min_tokens: StrictInt = Field(60, ge=0)
@@ -88,7 +103,7 @@ class MaskConfig(PassConfig):
         description="Distinctive strings (paths, identifiers, numbers) the placeholder keeps; "
         "the agent's own messages already show theirs, so only the output's are listed.",
     )
-    keywords_per_1k_tokens: float = Field(
+    keywords_per_1k_tokens: StrictFloat = Field(
         0,
         ge=0,
         le=1000,
@@ -114,12 +129,11 @@ class MaskConfig(PassConfig):
 
 
 class SuppressConfig(PassConfig):
-    """Old outputs of tools whose policy says ``suppress = true`` become a stub."""
+    """Old outputs of tools whose policy says ``suppress = true`` become a stub,
+    whatever their size (the tool was named for it: no ``min_tokens``)."""
 
-    min_tokens: StrictInt = Field(0, ge=0)
 
-
-class TrimArgsConfig(PassConfig):
+class TrimArgsConfig(SizedPassConfig):
     """Long string values in old tool-call arguments keep head and tail lines."""
 
     min_tokens: StrictInt = Field(60, ge=0)
@@ -131,7 +145,7 @@ class TrimArgsConfig(PassConfig):
 class TruncateConfig(PassConfig):
     """Guardrail: any output over a size limit keeps head, tail and error lines.
 
-    It goes by these limits: ``min_tokens`` is not read, and recency does not keep an
+    It goes by these limits (it has no ``min_tokens``), and recency does not keep an
     output whole; a tool's ``exclude`` does, and so does a tool's ``min_tokens`` for
     outputs smaller than it."""
 
@@ -141,9 +155,7 @@ class TruncateConfig(PassConfig):
     tail_lines: StrictInt = Field(40, ge=0)
 
 
-class SummarizeConfig(PassConfig):
+class SummarizeConfig(SizedPassConfig):
     """Deterministic extractive condensation of old assistant message text."""
 
-    enabled: StrictBool = False
-    min_tokens: StrictInt = Field(300, ge=0)
-    keep_sentences: StrictInt = Field(2, ge=1, le=20)
+    keep_sentences: StrictInt = Field(1, ge=1, le=20)

@@ -2,16 +2,22 @@
 
 Presets are plain :class:`PipelineConfig` instances. An engine config names a preset
 and may override any field (``[pipeline]`` table in TOML, deep-merged, strictly
-validated; errors name the key, e.g. ``pipeline.mask.min_tokens``).
+validated; errors name the key, e.g. ``pipeline.mask.min_tokens``). A model given in
+place of a table is all of its fields, as it prints; a whole :class:`PipelineConfig`
+is the pipeline that runs, the preset unused (:func:`resolve_pipeline`).
+
+A setting that could never take effect is refused, naming its key, rather than
+accepted and ignored: a pass's table over a preset whose order leaves the pass out, a
+tool's ``suppress`` while the suppress pass is left out or disabled (or with the tool's
+``exclude``, which keeps its outputs whole), an order whose every pass is disabled.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     StrictBool,
     StrictFloat,
@@ -21,7 +27,7 @@ from pydantic import (
     field_validator,
 )
 
-from ctxwarden.config import config_error, overrides_of
+from ctxwarden.config import ConfigModel, config_error, overrides_of
 from ctxwarden.errors import ConfigError
 from ctxwarden.passes.base import Pass
 from ctxwarden.passes.config import (
@@ -51,6 +57,7 @@ __all__ = [
     "ToolPolicy",
     "build_passes",
     "resolve_pipeline",
+    "unmatched_tool_policies",
 ]
 
 PassName = Literal[
@@ -68,11 +75,7 @@ PASS_NAMES: tuple[PassName, ...] = (
 )
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PlannerConfig(_Strict):
+class PlannerConfig(ConfigModel):
     """When a compaction step is worth its prompt-cache rewrite."""
 
     floor_tokens: StrictInt = Field(128, ge=0, description="No step saves fewer tokens than this.")
@@ -136,20 +139,37 @@ class PlannerConfig(_Strict):
         return value
 
 
-class ToolPolicy(_Strict):
+class ToolPolicy(ConfigModel):
     """A per-tool override: keep the tool's outputs and call arguments as they are
-    (``exclude``), reduce old outputs to a stub (``suppress``), or keep its outputs
-    smaller than ``min_tokens`` whole from every pass, the truncation guardrail included
-    (it raises the passes' own thresholds, never lowers them; an output at least that
-    large is cut by the guardrail when over its limits)."""
+    (``exclude``), reduce old outputs to a stub (``suppress``; not with ``exclude``,
+    which would keep them whole), or keep its outputs smaller than ``min_tokens`` whole
+    from every pass, the truncation guardrail included (it raises the passes' own
+    thresholds, never lowers them; an output at least that large is cut by the
+    guardrail when over its limits).
+
+    The name matches a tool's name exactly, case included, as the APIs compare tool
+    names: :func:`unmatched_tool_policies` names the policies that match no tool a
+    request calls, so that a misspelt name can be shown."""
 
     exclude: StrictBool = False
     suppress: StrictBool = False
     min_tokens: StrictInt | None = Field(None, ge=0)
 
+    @field_validator("suppress")
+    @classmethod
+    def _not_excluded(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("exclude"):
+            raise ValueError(
+                "exclude keeps this tool's outputs whole, so they are never suppressed: "
+                "set one of the two"
+            )
+        return value
 
-class PipelineConfig(_Strict):
-    """Every pass's settings, the recency budget and the planner."""
+
+class PipelineConfig(ConfigModel):
+    """Every pass's settings, the recency budget and the planner. The defaults are the
+    balanced preset (``PipelineConfig() == PRESETS["balanced"]``), each pass's those of
+    its config model."""
 
     order: tuple[PassName, ...] = Field(
         PASS_NAMES,
@@ -194,7 +214,7 @@ class PipelineConfig(_Strict):
     truncate: TruncateConfig = TruncateConfig()
     suppress: SuppressConfig = SuppressConfig()
     mask: MaskConfig = MaskConfig()
-    summarize: SummarizeConfig = SummarizeConfig(enabled=True, min_tokens=40, keep_sentences=1)
+    summarize: SummarizeConfig = SummarizeConfig()
     trim_args: TrimArgsConfig = TrimArgsConfig()
     planner: PlannerConfig = PlannerConfig()
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
@@ -247,10 +267,14 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_pipeline(preset: str, overrides: dict[str, Any]) -> PipelineConfig:
-    """The preset with ``overrides`` deep-merged (a model in them, e.g. a
-    :class:`MaskConfig`, counts as the fields it was given:
-    :func:`~ctxwarden.config.overrides_of`); :class:`ConfigError` names a bad key, one
-    the overrides give when a value of the preset is at odds with it."""
+    """The preset with ``overrides`` deep-merged. A model in them (a
+    :class:`MaskConfig` for the ``mask`` table) counts as all of its fields, defaults
+    included (:func:`~ctxwarden.config.overrides_of`): the table it stands for is
+    replaced whole, so a whole :class:`PipelineConfig` given as the overrides is the
+    result, whatever the preset (no preset has tool policies to add to its ``tools``).
+    :class:`ConfigError` names a bad key (one the overrides give when a value of the
+    preset is at odds with it), and a setting that could never take effect
+    (:func:`_check_effective`)."""
     base = PRESETS.get(preset)
     if base is None:
         raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})", "preset")
@@ -261,8 +285,17 @@ def resolve_pipeline(preset: str, overrides: dict[str, Any]) -> PipelineConfig:
         resolved = PipelineConfig.model_validate(_merge(base.model_dump(), overrides))
     except ValidationError as exc:
         raise _as_given(config_error(exc, "pipeline"), overrides, preset, base) from exc
-    _check_ordered(overrides, resolved)
+    _check_effective(overrides, resolved, preset)
     return resolved
+
+
+def unmatched_tool_policies(config: PipelineConfig, tool_names: Iterable[str]) -> list[str]:
+    """The names of ``config``'s tool policies that match none of ``tool_names`` (the
+    tools a request calls), sorted: a policy name matches a tool's name exactly, case
+    included, so a misspelt one (``Bash`` for ``bash``) stays unmatched on every
+    request; a right one is unmatched only until the tool is first called."""
+    called = set(tool_names)
+    return sorted(name for name in config.tools if name not in called)
 
 
 def _as_given(
@@ -289,26 +322,49 @@ def _as_given(
     )
 
 
-def _check_ordered(overrides: dict[str, Any], resolved: PipelineConfig) -> None:
-    """A pass the overrides turn on (``<pass>.enabled = true`` over a preset's order,
-    a tool's ``suppress``) must be in the resulting ``order``; otherwise the setting
-    would be accepted and do nothing (conservative's order leaves out summarize and
-    trim_args). An ``order`` given with it is taken as meant (one pass run alone)."""
+def _check_effective(overrides: dict[str, Any], resolved: PipelineConfig, preset: str) -> None:
+    """Refuse, naming its key, a setting that would be accepted and do nothing:
+
+    - a pass's table (any key of it) over the preset's order when that order leaves the
+      pass out (conservative's leaves out summarize and trim_args). An ``order`` given
+      with it is taken as meant: the table stays for when the pass is put back;
+    - a tool's ``suppress`` while the suppress pass is not in the order or is disabled
+      (its outputs would be masked instead, not stubbed);
+    - an order whose every pass is disabled (no pass would run, as an empty order).
+
+    A preset's own tables are not checked: only what the overrides give, and the
+    resolved result."""
     for name in () if "order" in overrides else PASS_NAMES:
         settings = overrides.get(name)
-        enabled = isinstance(settings, dict) and settings.get("enabled") is True
-        if enabled and name not in resolved.order:
-            raise ConfigError(
-                f"the {name} pass is enabled but not in pipeline.order",
-                f"pipeline.{name}.enabled",
-            )
-    tools = overrides.get("tools")
-    if isinstance(tools, dict) and "suppress" not in resolved.order:
-        for tool, policy in tools.items():
-            if isinstance(policy, dict) and policy.get("suppress") is True:
-                raise ConfigError(
-                    "the suppress pass is not in pipeline.order", f"pipeline.tools.{tool}.suppress"
-                )
+        if name in resolved.order or not isinstance(settings, dict) or not settings:
+            continue
+        enabled = settings.get("enabled") is True
+        key = "enabled" if "enabled" in settings else next(iter(settings))
+        raise ConfigError(
+            f"the {name} pass is {'enabled but ' if enabled else ''}not in pipeline.order "
+            f"(the {preset} preset's), so this setting would do nothing: give an order "
+            f"with {name} in it, or leave the setting out",
+            f"pipeline.{name}.{key}",
+        )
+    for tool, policy in resolved.tools.items():
+        if not policy.suppress:
+            continue
+        if "suppress" not in resolved.order:
+            reason = "the suppress pass is not in pipeline.order"
+        elif not resolved.suppress.enabled:
+            reason = "the suppress pass is disabled (pipeline.suppress.enabled = false)"
+        else:
+            continue
+        raise ConfigError(
+            f"{reason}: this tool's old outputs would never become a stub",
+            f"pipeline.tools.{tool}.suppress",
+        )
+    if not any(getattr(resolved, name).enabled for name in resolved.order):
+        raise ConfigError(
+            "every pass in it is disabled: no pass would run "
+            '(mode = "exact" sends requests as they are)',
+            "pipeline.order",
+        )
 
 
 def build_passes(config: PipelineConfig) -> list[Pass]:
