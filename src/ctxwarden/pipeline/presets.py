@@ -14,6 +14,7 @@ tool's ``suppress`` while the suppress pass is left out or disabled (or with the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    StrictStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -166,6 +168,16 @@ class ToolPolicy(ConfigModel):
         return value
 
 
+TEXT_TOOL_RESULTS: tuple[str, ...] = (
+    r"\[(?P<tool>[A-Za-z_][\w.-]*)(?: for (?P<command>[^\n]*?))?\] Result:",
+    r"<(?P<command>(?P<tool>environment_details))>",
+)
+"""The default :attr:`PipelineConfig.text_tool_results`: Cline's and Roo Code's result
+header (``[execute_command for 'npm test'] Result:``) and the environment details
+block they append to each result (the editor's state, stale once a newer one is
+sent)."""
+
+
 class PipelineConfig(ConfigModel):
     """Every pass's settings, the recency budget and the planner. The defaults are the
     balanced preset (``PipelineConfig() == PRESETS["balanced"]``), each pass's those of
@@ -218,6 +230,28 @@ class PipelineConfig(ConfigModel):
     trim_args: TrimArgsConfig = TrimArgsConfig()
     planner: PlannerConfig = PlannerConfig()
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    text_tool_results: tuple[StrictStr, ...] = Field(
+        TEXT_TOOL_RESULTS,
+        description="Patterns (Python regular expressions, matched at the start of a text) "
+        "that mark a text block of a user message after the first as a tool's result, for "
+        "agents that send results as user text instead of tool messages (Cline's and Roo "
+        "Code's classic protocol). The group 'tool' names the tool, an optional group "
+        "'command' what it ran (for supersession). A match whose text is that match alone "
+        "(a header block) makes the blocks after it in the message the result, up to the "
+        "next match. Such a result is condensed as a tool output is.",
+    )
+
+    @field_validator("text_tool_results")
+    @classmethod
+    def _patterns_name_a_tool(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for i, pattern in enumerate(patterns):
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {i} is not a regular expression: {exc}") from None
+            if "tool" not in compiled.groupindex:
+                raise ValueError(f"pattern {i} has no group named 'tool': (?P<tool>...)")
+        return patterns
 
     @field_validator("order")
     @classmethod

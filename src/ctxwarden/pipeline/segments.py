@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from dataclasses import dataclass, field
 
 import orjson
@@ -203,6 +205,7 @@ def _walk_message(
     counter: TokenCounter,
     config: PipelineConfig,
 ) -> None:
+    pending: _TextResult | None = None  # the result a header block opened
     for part in parts:
         if isinstance(part, ToolCallPart):
             built.calls[part.call_id] = part
@@ -241,10 +244,61 @@ def _walk_message(
                         is_error=part.is_error,
                     )
         elif isinstance(part, TextPart) and role in ("assistant", "user"):
+            if role == "user" and config.text_tool_results:
+                result, pending = _user_text_result(part, config.text_tool_results, pending)
+                if result is not None:
+                    tool, command, call_id = result
+                    _add_segment(built, counter, "tool_output", part.path, i, part.text,
+                                 tool_name=tool, command=command, call_id=call_id)  # fmt: skip
+                    continue
             kind: SegmentKind = "assistant_text" if role == "assistant" else "user_text"
             _add_segment(built, counter, kind, part.path, i, part.text)
             if never_condensed(built.segments[-1], config):
                 built.visible |= distinctive_set(part.text)
+
+
+_TextResult = tuple[str, str, str]
+"""The tool, command and (made-up) call id of a tool result sent as user text."""
+
+
+def _user_text_result(
+    part: TextPart, patterns: tuple[str, ...], pending: _TextResult | None
+) -> tuple[_TextResult | None, _TextResult | None]:
+    """The result a user message's text block is (``None``: a text of the user's), and
+    the result the blocks after it continue.
+
+    A block that a pattern of :attr:`PipelineConfig.text_tool_results` matches is a
+    result of the tool it names, unless it is the match alone (a header, as Cline sends
+    ``[read_file for 'a.py'] Result:`` in a block of its own): the header stays the
+    user's text and the blocks after it are that result, up to the next match. Each
+    result gets a call id of its own (``text:`` and the first block's JSON pointer), so
+    the blocks of one result are condensed together and two results never are."""
+    matched = _text_match(part.text, patterns)
+    if matched is None:
+        return pending, pending
+    tool, command, alone = matched
+    result = (tool, command, f"text:{json_pointer(part.path)}")
+    return (None, result) if alone else (result, None)
+
+
+def _text_match(text: str, patterns: tuple[str, ...]) -> tuple[str, str, bool] | None:
+    """The tool and command the first of ``patterns`` matching at the start of ``text``
+    names (a command in single quotes without them), and whether the match is all the
+    text holds; ``None`` when none matches."""
+    for pattern in _compiled(patterns):
+        match = pattern.match(text)
+        if match is None:
+            continue
+        command = match.groupdict().get("command") or ""
+        if len(command) > 1 and command[0] == command[-1] == "'" and command.count("'") == 2:
+            command = command[1:-1]
+        return match.group("tool") or "", command, not text[match.end() :].strip()
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
 
 
 def _add_segment(
