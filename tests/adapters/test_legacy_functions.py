@@ -21,7 +21,7 @@ _ALLOWED = {
 
 
 def _call(k: int) -> dict[str, Any]:
-    arguments = json.dumps({"cmd": f"cat src/mod_{k}.py", "note": "x" * 200})
+    arguments = json.dumps({"cmd": f"cat src/mod_{k}.py", "note": "x" * 400})
     return {"role": "assistant", "content": None,
             "function_call": {"name": "run", "arguments": arguments}}  # fmt: skip
 

@@ -1508,7 +1508,7 @@ def test_only_a_later_patch_of_the_same_file_supersedes_a_patch_output() -> None
     items: list[Item] = [{"role": "user", "content": "go"}]
     for i, file in enumerate(["src/a.py", "src/b.py", "src/a.py"]):
         operation = {"type": "update_file", "path": file, "diff": diff}
-        log = "\n".join(f"{file}: check {k} passed ok_{k} run {i}" for k in range(120))
+        log = "\n".join([*(f"{file}: check {k} passed ok_{k}" for k in range(120)), f"run {i}"])
         items += [
             {"type": "apply_patch_call", "call_id": f"p{i}", "operation": operation},
             {"type": "apply_patch_call_output", "call_id": f"p{i}", "output": log},

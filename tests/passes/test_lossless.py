@@ -97,15 +97,16 @@ def test_dedupe_never_touches_a_duplicate_in_the_newest_messages() -> None:
 
 
 def _rerun_request() -> dict[str, object]:
+    # a re-run shows much of what the older run showed (supersession requires it)
     old = lines_of(
-        "run1",
+        "run",
         40,
         extra=(
             "FAILED tests/test_a.py::test_one - AssertionError",
             "FAILED tests/test_b.py::test_two - KeyError: 'k'",
         ),
     )
-    new = lines_of("run2", 40, extra=("FAILED tests/test_a.py::test_one - AssertionError",))
+    new = lines_of("run", 40, extra=("FAILED tests/test_a.py::test_one - AssertionError",))
     return request(
         call("c1", "pytest -q"),
         result("c1", old),
@@ -175,15 +176,15 @@ def test_argv_commands_keep_their_other_arguments() -> None:
         return json.dumps({"command": ["bash", "-lc", "cat setup.py"], "workdir": workdir})
 
     assert command_of(argv("/repo/a")) != command_of(argv("/repo/b"))
-    assert command_of(argv("/repo/a")).startswith("bash -lc cat setup.py")
+    assert command_of(argv("/repo/a")).startswith("bash -lc 'cat setup.py'")
 
 
 def test_supersede_treats_full_file_reads_as_the_same_action() -> None:
     wire = request(
         call("c1", "cat ./src/app.py"),
-        result("c1", lines_of("v1", 40)),
+        result("c1", lines_of("v", 40)),
         call("c2", "nl -ba src/app.py"),
-        result("c2", lines_of("v2", 40)),
+        result("c2", lines_of("v", 40, extra=("an added line",))),
     )
     ctx, _ = context(wire)
     assert action_key(segment_at(ctx, 3), True) == action_key(segment_at(ctx, 5), True)
@@ -195,7 +196,7 @@ def test_supersede_treats_full_file_reads_as_the_same_action() -> None:
 def test_retry_loop_keeps_the_newest_k_attempts() -> None:
     attempts = []
     for k in range(5):
-        text = lines_of(f"try{k}", 30, extra=(f"Error: connection refused attempt {k}",))
+        text = lines_of("try", 30, extra=(f"Error: connection refused attempt {k}",))
         attempts += [call(f"c{k}", "curl http://svc:8080/health"), result(f"c{k}", text)]
     wire = request(*attempts)
     ctx, _ = context(wire)
@@ -330,7 +331,7 @@ def test_a_superseded_run_keeps_errors_only_a_later_block_of_the_newest_run_show
     # the note is checked against its witness, the newest run's first block: an error
     # line the newest run shows only in its stderr block stays in the note
     err = "FAILED tests/test_a.py::test_one - AssertionError: boom"
-    newest = [{"type": "text", "text": lines_of("stdout2", 40)},
+    newest = [{"type": "text", "text": lines_of("v1", 40)},
               {"type": "text", "text": lines_of("stderr2", 10, extra=(err,))}]  # fmt: skip
     wire = request(
         call("c1", "pytest -x"), result("c1", lines_of("v1", 40, extra=(err,))),

@@ -36,6 +36,13 @@ def _superseded(wire: dict[str, Any]) -> dict[int, int]:
             for path, rep in out.items()}  # fmt: skip
 
 
+def _out(tag: str, n: int) -> str:
+    """An output of ``n`` lines, all but the last the same for every ``tag``: the runs of
+    one action here show much of the same (supersession requires it: MIN_OVERLAP), so
+    whether a note is written turns on what the test is about, not on the content."""
+    return lines_of("out", n - 1, extra=(f"run {tag} done",))
+
+
 def _runs(*steps: tuple[str, str]) -> dict[str, Any]:
     """A request running each (command, output) in turn, then a closing ``echo``."""
     turns: list[dict[str, Any]] = []
@@ -64,7 +71,7 @@ def _runs(*steps: tuple[str, str]) -> dict[str, Any]:
 def test_commands_that_differ_inside_in_whitespace_are_different_actions(
     older: str, newer: str
 ) -> None:
-    wire = _runs((older, lines_of("old", 40)), (newer, lines_of("new", 40)))
+    wire = _runs((older, _out("old", 40)), (newer, _out("new", 40)))
     ctx, _ = context(wire)
     assert action_key(segment_at(ctx, 3), True) != action_key(segment_at(ctx, 5), True)
     assert _superseded(wire) == {}
@@ -74,16 +81,16 @@ def test_commands_that_differ_only_at_the_ends_are_the_same_action() -> None:
     # SWE-agent's trailing newline varies; the older run is still superseded, and a
     # command differing inside as well is not
     wire = _runs(
-        ("search_dir  foo\n", lines_of("a", 40)),
-        ("search_dir foo", lines_of("b", 40)),
-        ("search_dir  foo", lines_of("c", 40)),
+        ("search_dir  foo\n", _out("a", 40)),
+        ("search_dir foo", _out("b", 40)),
+        ("search_dir  foo", _out("c", 40)),
     )
     assert _superseded(wire) == {3: 7}
 
 
 def test_command_of_strips_the_ends_only() -> None:
     assert command_of(json.dumps({"command": "  grep 'a  b'\n\tx\n"})) == "grep 'a  b'\n\tx"
-    assert command_of(json.dumps({"command": ["bash", "-lc", "cat  a"]})) == "bash -lc cat  a"
+    assert command_of(json.dumps({"command": ["bash", "-lc", "cat  a"]})) == "bash -lc 'cat  a'"
     assert command_of(" ls  -la\n") == "ls  -la"  # arguments that are no JSON
 
 
@@ -152,19 +159,19 @@ def test_a_window_move_shows_the_next_window_and_is_never_stale() -> None:
 
 @pytest.mark.parametrize("move", ["cd src", "pushd src", "popd", "git stash && cd ../b"])
 def test_a_change_of_directory_between_two_runs_keeps_the_older(move: str) -> None:
-    wire = _runs(("ls", lines_of("root", 40)), (move, ""), ("ls", lines_of("sub", 40)))
+    wire = _runs(("ls", _out("root", 40)), (move, ""), ("ls", _out("sub", 40)))
     assert _superseded(wire) == {}
 
 
 def test_the_reviewers_persistent_shell_trap() -> None:
     wire = _runs(
-        ("ls", lines_of("root", 60)),
+        ("ls", _out("root", 60)),
         ("cd src", ""),
-        ("ls", lines_of("sub", 60)),
+        ("ls", _out("sub", 60)),
         ("cd /repo/pkg_a", ""),
-        ("cat config.py", lines_of("pkg_a", 60)),
+        ("cat config.py", _out("pkg_a", 60)),
         ("cd /repo/pkg_b", ""),
-        ("cat config.py", lines_of("pkg_b", 60)),
+        ("cat config.py", _out("pkg_b", 60)),
     )
     assert _superseded(wire) == {}
     res = make_engine(pipeline={**FORCE, "order": ["supersede"]}).condense(wire)
@@ -173,36 +180,36 @@ def test_the_reviewers_persistent_shell_trap() -> None:
 
 def test_runs_in_one_span_between_moves_still_supersede_each_other() -> None:
     wire = _runs(
-        ("ls", lines_of("r1", 40)),
+        ("ls", _out("r1", 40)),
         ("cd src", ""),
-        ("ls", lines_of("s1", 40)),
-        ("make", lines_of("m", 10)),
-        ("ls", lines_of("s2", 40)),
+        ("ls", _out("s1", 40)),
+        ("make", _out("m", 10)),
+        ("ls", _out("s2", 40)),
     )
     assert _superseded(wire) == {7: 11}
 
 
 def test_a_run_that_moves_itself_is_never_the_same_action() -> None:
     # run twice in one shell, `cd src && ls` lists src, then src/src
-    wire = _runs(("cd src && ls", lines_of("a", 40)), ("cd src && ls", lines_of("b", 40)))
+    wire = _runs(("cd src && ls", _out("a", 40)), ("cd src && ls", _out("b", 40)))
     assert _superseded(wire) == {}
 
 
 def test_a_run_that_names_its_absolute_directory_runs_there_wherever_the_shell_is() -> None:
     wire = _runs(
-        ("cd /repo && ls", lines_of("a", 40)),
+        ("cd /repo && ls", _out("a", 40)),
         ("cd /tmp/x", ""),
-        ("cd /repo && ls", lines_of("b", 40)),
-        ("cat /repo/setup.py", lines_of("c", 40)),
+        ("cd /repo && ls", _out("b", 40)),
+        ("cat /repo/setup.py", _out("c", 40)),
         ("cd sub", ""),
-        ("cat /repo/setup.py", lines_of("d", 40)),
-        ("cd /repo && cd sub && ls", lines_of("e", 40)),  # moves after it: kept
-        ("cd /repo && cd sub && ls", lines_of("f", 40)),
-        ("cd /repo;cd sub;ls", lines_of("f2", 40)),
-        ("cd /repo;cd sub;ls", lines_of("f3", 40)),
-        ("cat setup.py", lines_of("g", 40)),
+        ("cat /repo/setup.py", _out("d", 40)),
+        ("cd /repo && cd sub && ls", _out("e", 40)),  # moves after it: kept
+        ("cd /repo && cd sub && ls", _out("f", 40)),
+        ("cd /repo;cd sub;ls", _out("f2", 40)),
+        ("cd /repo;cd sub;ls", _out("f3", 40)),
+        ("cat setup.py", _out("g", 40)),
         ("cd ..", ""),
-        ("cat setup.py", lines_of("h", 40)),
+        ("cat setup.py", _out("h", 40)),
     )
     assert _superseded(wire) == {3: 7, 9: 13}
 
@@ -215,9 +222,9 @@ def test_outputs_that_name_different_directories_are_different_actions() -> None
     # SWE-agent: the directory moved in a way no command shows (a sourced script);
     # the outputs' own trailers tell
     wire = _runs(
-        ("ls -F\n", _swe(lines_of("root", 40), "/jib")),
+        ("ls -F\n", _swe(_out("root", 40), "/jib")),
         ("source env.sh\n", _swe("", "/jib/jib-gradle-plugin")),
-        ("ls -F\n", _swe(lines_of("plugin", 40), "/jib/jib-gradle-plugin")),
+        ("ls -F\n", _swe(_out("plugin", 40), "/jib/jib-gradle-plugin")),
     )
     assert _superseded(wire) == {}
 
@@ -225,14 +232,14 @@ def test_outputs_that_name_different_directories_are_different_actions() -> None
 def test_outputs_that_name_one_directory_are_runs_in_it_across_moves() -> None:
     oh = "\n[The command completed with exit code 0.]\n[Current working directory: /w/a]"
     wire = _runs(
-        ("ls -F\n", _swe(lines_of("r1", 40), "/jib")),
+        ("ls -F\n", _swe(_out("r1", 40), "/jib")),
         ("cd sub\n", _swe("", "/jib/sub")),
-        ("ls -F\n", _swe(lines_of("s1", 40), "/jib/sub")),
+        ("ls -F\n", _swe(_out("s1", 40), "/jib/sub")),
         ("cd ..\n", _swe("", "/jib")),
-        ("ls -F\n", _swe(lines_of("r2", 40), "/jib")),
-        ("git status", lines_of("g1", 40) + oh),  # OpenHands' trailer
+        ("ls -F\n", _swe(_out("r2", 40), "/jib")),
+        ("git status", _out("g1", 40) + oh),  # OpenHands' trailer
         ("cd /w/b", "[Current working directory: /w/b]"),
-        ("git status", lines_of("g2", 40) + oh.replace("/w/a", "/w/b")),
+        ("git status", _out("g2", 40) + oh.replace("/w/a", "/w/b")),
     )
     assert _superseded(wire) == {3: 11}
 
@@ -245,15 +252,15 @@ def test_swe_agent_commands_on_the_open_file_are_the_same_action_in_that_file_on
     # `goto 40` and `search_file` show the file SWE-agent has open, which `open` changed
     # between the runs: the older run is another file's window, not a stale one
     wire = _runs(
-        ("goto 40\n", _open(lines_of("a40", 40), "/jib/A.java")),
-        ('search_file "parse"\n', _open(lines_of("a-hits", 40), "/jib/A.java")),
-        ("open B.java\n", _open(lines_of("b", 40), "/jib/B.java")),
-        ("goto 40\n", _open(lines_of("b40", 40), "/jib/B.java")),
-        ('search_file "parse"\n', _open(lines_of("b-hits", 40), "/jib/B.java")),
-        ("ls -F\n", _open(lines_of("ls1", 40), "/jib/B.java")),
-        ("open A.java\n", _open(lines_of("a", 40), "/jib/A.java")),
-        ("goto 40\n", _open(lines_of("a40-again", 40), "/jib/A.java")),
-        ("ls -F\n", _open(lines_of("ls2", 40), "/jib/A.java")),
+        ("goto 40\n", _open(_out("a40", 40), "/jib/A.java")),
+        ('search_file "parse"\n', _open(_out("a-hits", 40), "/jib/A.java")),
+        ("open B.java\n", _open(_out("b", 40), "/jib/B.java")),
+        ("goto 40\n", _open(_out("b40", 40), "/jib/B.java")),
+        ('search_file "parse"\n', _open(_out("b-hits", 40), "/jib/B.java")),
+        ("ls -F\n", _open(_out("ls1", 40), "/jib/B.java")),
+        ("open A.java\n", _open(_out("a", 40), "/jib/A.java")),
+        ("goto 40\n", _open(_out("a40-again", 40), "/jib/A.java")),
+        ("ls -F\n", _open(_out("ls2", 40), "/jib/A.java")),
     )
     # the first `goto 40` (in A) is stale by the last one (in A again); `ls` does not
     # depend on the open file
@@ -272,8 +279,8 @@ def test_parallel_calls_with_a_move_among_them_keep_the_older_run() -> None:
     }  # fmt: skip
     wire = request(
         call("c0", "cat README"), result("c0", "x"),
-        both, result("p1", lines_of("root", 40)), result("p2", ""),
-        call("c3", "ls"), result("c3", lines_of("sub", 40)),
+        both, result("p1", _out("root", 40)), result("p2", ""),
+        call("c3", "ls"), result("c3", _out("sub", 40)),
         call("c4", "echo done"), result("c4", "done"),
     )  # fmt: skip
     assert _superseded(wire) == {}

@@ -85,7 +85,9 @@ def test_a_superseding_output_replaced_by_a_colliding_text_is_no_longer_the_witn
     """An old build whose note left out its error line (the newer build showed it) must
     show it again once the newer output reads otherwise, even with the same reference."""
     assert ref_for(FAILED) == ref_for(PASSED) and "Error" not in PASSED
-    old = f"{_PREFIX}0\nError: build failed in step one"
+    # two lines, one of them the newer build's: superseded (a longer old output would
+    # share too little of it, supersede.MIN_OVERLAP)
+    old = "collide " * 60 + "0\nError: build failed in step one"
     engine = _engine()
     first = engine.condense(_runs(("make", old), ("make", FAILED)), "openai.chat", session="x")
     note = first.request["messages"][3]["content"]

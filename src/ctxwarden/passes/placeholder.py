@@ -30,7 +30,12 @@ stretch no longer than its marker (a blank line and ``OK`` after the tail) is sh
 instead. When neither head nor tail is kept, no elision line is written: the header's
 line count already says that every line is hidden. An output in colour
 is described without its colour codes (its lines and mentions as a terminal shows
-them; the header counts the original's tokens).
+them; the header counts the original's tokens). A JSON-wrapped output (older Codex
+CLI's ``{"output": "...", "metadata": {"exit_code": 101}}``) is described by the text
+its strings hold (:func:`~ctxwarden.signals.json_view`): its lines, error lines,
+mentions and the exit status it states under a key; the header says ``lines in JSON``
+and a hidden range is ``... (N lines)``, unnumbered, since recall numbers the lines of
+the original, which the JSON writes as one.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from ctxwarden.signals import (
     ANSI_RE,
     error_lines,
     exit_status,
+    json_view,
     mention_scores,
     shown_error_line,
 )
@@ -149,8 +155,8 @@ def build_placeholder(
     only add) is already as long in tokens as the segment (an output of thousands of
     error lines, all kept). Then the mentions, the costly part, are not looked for.
     """
-    segment = _uncoloured(segment)
-    body, errors, error_set = _body(segment, ref, digest, verb)
+    segment, wrapper = _viewed(segment)
+    body, errors, error_set = _body(segment, ref, digest, verb, wrapper=wrapper)
     if counter is not None and counter.count_text(body) >= segment.tokens:
         return None
     keywords = _mentions(segment, body, error_set, digest)
@@ -165,9 +171,19 @@ def placeholder_parts(
 ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """Header and body, kept error lines, and the candidate mentions, best first
     (those below ``digest.min_mention_score`` left out; the caller caps the count)."""
-    segment = _uncoloured(segment)
-    body, errors, error_set = _body(segment, ref, digest, verb)
+    segment, wrapper = _viewed(segment)
+    body, errors, error_set = _body(segment, ref, digest, verb, wrapper=wrapper)
     return body, errors, tuple(_mentions(segment, body, error_set, digest))
+
+
+def _viewed(segment: Segment) -> tuple[Segment, str | None]:
+    """``segment`` as its placeholder describes it, and the JSON it was read from: a
+    JSON-wrapped output's text is read as its view (:func:`~ctxwarden.signals.json_view`),
+    either way without colour codes (:func:`_uncoloured`)."""
+    view = json_view(segment.text)
+    if view is None:
+        return _uncoloured(segment), None
+    return _uncoloured(replace(segment, text=view)), segment.text
 
 
 def _uncoloured(segment: Segment) -> Segment:
@@ -185,20 +201,21 @@ def _mentions(segment: Segment, body: str, error_set: set[str], digest: Digest) 
 
 
 def _body(
-    segment: Segment, ref: str, digest: Digest, verb: str
+    segment: Segment, ref: str, digest: Digest, verb: str, *, wrapper: str | None = None
 ) -> tuple[str, tuple[str, ...], set[str]]:
     """A placeholder's text before its mentions, the error lines it keeps, and those
-    as a set."""
+    as a set. ``wrapper``: the JSON output whose view ``segment``'s text is (its exit
+    status may be under a key of the JSON)."""
     text = segment.text
     lines = text.split("\n")
     n = len(lines)
-    status = exit_status(text)
+    status = exit_status(text if wrapper is None else wrapper)
     facts = []
     if status is not None:
         facts.append(f"exit {status}")
     elif segment.is_error:
         facts.append("error")
-    facts.append(f"{n:,} lines")
+    facts.append(f"{n:,} lines" if wrapper is None else f"{n:,} lines in JSON")
     facts.append(f"{segment.tokens:,} tokens")
     what = f"{verb} of {describe(segment)}" if digest.name_action else verb
     header = f"[ctxwarden: {what}; original {ref} ({', '.join(facts)})]"
@@ -217,6 +234,7 @@ def _body(
         picked = _pick(lines, min(digest.tail_lines, n), reverse=True)
         tail = _span([i for i in picked if i >= start])
     runs = [run for run in (head, tail) if run is not None]
+    numbered = wrapper is None  # recall numbers the original's lines: the JSON has one
     if not runs:  # the header's count says that every line is hidden
         return "\n".join([header, *map(shown_error_line, errors)]), errors, error_set
 
@@ -232,7 +250,7 @@ def _body(
     at = 0
     for begin, end in [*runs, (n, n)]:
         if begin > at:
-            parts.append((at, begin, _short(lines, at, begin, error_set, run_lines)))
+            parts.append((at, begin, _short(lines, at, begin, error_set, run_lines, numbered)))
         if end > begin:
             parts.append((begin, end, True))
         at = end
@@ -243,7 +261,7 @@ def _body(
         if full:
             body.extend(shown(i) for i in range(begin, end))
             continue
-        body.append(_marker(begin, end))
+        body.append(_marker(begin, end, numbered))
         for i in range(begin, end) if pending else ():  # each once, where first hidden
             if lines[i] in pending:
                 pending.discard(lines[i])
@@ -251,19 +269,26 @@ def _body(
     return "\n".join(body), errors, error_set
 
 
-def _marker(begin: int, end: int) -> str:
+def _marker(begin: int, end: int, numbered: bool = True) -> str:
     """The elision line of the hidden lines ``[begin, end)`` (numbered from 1, as
-    recall numbers them)."""
+    recall numbers them; else their count alone)."""
+    if not numbered:
+        return f"... ({end - begin:,} lines)"
     return f"... (lines {begin + 1}-{end})"
 
 
 def _short(
-    lines: list[str], begin: int, end: int, error_set: Collection[str], run_lines: Collection[str]
+    lines: list[str],
+    begin: int,
+    end: int,
+    error_set: Collection[str],
+    run_lines: Collection[str],
+    numbered: bool = True,
 ) -> bool:
     """Whether the lines ``[begin, end)`` take no more characters than the marker that
     would hide them, not counting the error lines the marker would list anyway (the
     first of each one that no run shows)."""
-    room = len(_marker(begin, end)) + 1
+    room = len(_marker(begin, end, numbered)) + 1
     free: set[str] = set()
     for i in range(begin, end):
         line = lines[i]

@@ -88,7 +88,11 @@ def extract_summary(text: str, keep_sentences: int) -> tuple[str, tuple[str, ...
         elif path_lines < MAX_PATH_LINES and len(stripped) <= MAX_PATH_LINE and paths_in(line):
             kept.append(line)
             path_lines += 1
-    return "\n".join([lead, *kept]), tuple(error_lines(text))
+    errors = tuple(error_lines(text))
+    # a JSON text's error lines are those its strings hold (json_view): kept too
+    listed = set(kept)
+    kept += [shown for e in errors if (shown := shown_error_line(e)) not in listed]
+    return "\n".join([lead, *kept]), errors
 
 
 class SummarizePass:

@@ -4,8 +4,11 @@ Agents write whole files and patches into tool-call arguments; once the call is 
 its effect is visible in later outputs. Each string value longer than
 ``max_value_chars`` keeps ``head_lines`` and ``tail_lines`` and every error line (a
 script that prints ``Error: ...``) around a note with the reference to the exact
-original arguments. The result stays valid JSON (non-JSON arguments are trimmed as
-one string), and every value it keeps is kept exactly: arguments the fast parser
+original arguments. A trim that would take out fewer than :data:`MIN_SAVED_CHARS`
+characters is not made: it would save a few tokens and cut what identifies the call
+(a one-line command cut at 40 characters saved one token). The result stays valid
+JSON (non-JSON arguments are trimmed as one string), and every value it keeps is kept
+exactly: arguments the fast parser
 cannot read exactly (an integer beyond 64 bits, ``1e400``) are left whole. That every
 error line survives is checked where every replacement is, when the condenser
 commits it.
@@ -25,7 +28,18 @@ from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
 from ctxwarden.signals import is_error_line, shown_error_line
 
-__all__ = ["TrimArgsPass", "trim_value"]
+__all__ = ["MIN_SAVED_CHARS", "TrimArgsPass", "trim_value"]
+
+MIN_SAVED_CHARS = 128
+"""Characters (about 32 tokens) a trimmed value must be shorter than the value, else it
+stays whole: the note naming the reference costs a dozen tokens, and a value just over
+``max_value_chars`` (a one-line command, a path, a test id) is what identifies the call.
+(A candidate for a field of ``TrimArgsConfig``.)"""
+
+
+def _worth(value: str, trimmed: str) -> bool:
+    """Whether ``trimmed`` saves enough over ``value`` to stand for it."""
+    return len(value) - len(trimmed) >= MIN_SAVED_CHARS
 
 
 def trim_value(value: str, ref: str, config: TrimArgsConfig) -> str:
@@ -74,7 +88,8 @@ def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
     if isinstance(node, str):
         if len(node) > config.max_value_chars:
             trimmed = trim_value(node, ref, config)  # an error line is left as it is
-            return trimmed, trimmed != node
+            if _worth(node, trimmed):
+                return trimmed, True
         return node, False
     if isinstance(node, dict):
         changed = False
@@ -110,7 +125,7 @@ class TrimArgsPass:
             parsed = None
             if len(arguments) > self.config.max_value_chars and _exact(arguments) is None:
                 trimmed_text = trim_value(arguments, ref, self.config)
-                result = trimmed_text if trimmed_text != arguments else None
+                result = trimmed_text if _worth(arguments, trimmed_text) else None
         try:
             if parsed is not None and not _same(_exact(arguments), parsed):
                 parsed = None  # read inexactly (a huge integer became a float): left whole
