@@ -33,6 +33,12 @@ _SERVE_OPTIONS: tuple[tuple[str, str, Any], ...] = (
     ("--anthropic-upstream", "Anthropic origin", "https://api.anthropic.com"),
     ("--config", "TOML engine config file", None),
     ("--data-dir", SERVE_DATA_DIR_HELP, None),
+    (
+        "--tenant-secret-file",
+        "file holding the tenant secret every replica sharing a store must share "
+        "(default: <data-dir>/proxy.secret, created on first start)",
+        None,
+    ),
     ("--mode", "active | shadow | exact (default: the config's mode)", None),
     ("--canary-percent", "share of sessions condensed in active mode (0-100)", 100.0),
     ("--admin-token", "enables the loopback kill-switch endpoint", None),
@@ -185,6 +191,7 @@ def settings_from_args(
             kill_switch=bool(getattr(args, "kill_switch", None))
             or env_flag(env, "CTXWARDEN_KILL_SWITCH"),
             data_dir=values["--data-dir"],
+            tenant_secret_file=values["--tenant-secret-file"],
             read_timeout=values["--read-timeout"],
             max_body_bytes=values["--max-body-bytes"],
             max_owed_body_bytes=values["--max-owed-body-bytes"],
@@ -236,7 +243,10 @@ def _serve(args: argparse.Namespace) -> int:
         asyncio.run(_run_proxy(engine, settings, build_app, serve_forever, with_fake))
     except ListenError as exc:  # the proxy's own address (the fake's is named below)
         raise ConfigError(str(exc), _given_as(args, f"--{exc.option}", os.environ)) from exc
-    except ConfigError as exc:  # the secret's folder: named as the user gave it
+    except ConfigError as exc:  # the secret's folder or file: named as the user gave it
+        if exc.key == "tenant_secret_file" and not exc.source:
+            where = _given_as(args, "--tenant-secret-file", os.environ)
+            raise ConfigError(exc.reason, where) from exc
         if exc.key != "data_dir" or exc.source:
             raise
         if settings.data_dir:

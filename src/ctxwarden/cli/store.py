@@ -58,6 +58,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "environment variable VAR (its tenant is derived with the data directory's "
         "proxy.secret; the key is never read from the command line)",
     )
+    p.add_argument(
+        "--tenant-secret-file",
+        metavar="FILE",
+        help="with --credential-env: the tenant secret the proxy was given with "
+        "--tenant-secret-file (default: the data directory's proxy.secret; also "
+        "CTXWARDEN_TENANT_SECRET_FILE)",
+    )
     _add_store_options(p)
     p.set_defaults(handler=_recall)
 
@@ -129,11 +136,17 @@ def _check_recall_args(ref: str, lines: str | None) -> None:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _proxy_tenant(variable: str, data_dir: str | None) -> str:
+def _proxy_tenant(variable: str, data_dir: str | None, secret_file: str | None = None) -> str:
     """The tenant the proxy files a client's originals under: the keyed hash of the API
-    key in the environment ``variable`` with the data directory's ``proxy.secret``
-    (:class:`ConfigError` naming what is missing; the key is never shown)."""
-    from ctxwarden.proxy.tenant import TenantKeys, credential_of, load_or_create_secret
+    key in the environment ``variable`` with the tenant secret in ``secret_file``, else
+    the data directory's ``proxy.secret`` (:class:`ConfigError` naming what is missing;
+    the key is never shown)."""
+    from ctxwarden.proxy.tenant import (
+        TenantKeys,
+        credential_of,
+        load_or_create_secret,
+        read_secret_file,
+    )
 
     if not _ENV_NAME.fullmatch(variable):  # a key pasted here by mistake is not echoed
         raise ConfigError(
@@ -147,6 +160,10 @@ def _proxy_tenant(variable: str, data_dir: str | None) -> str:
     if not credential:
         raise ConfigError(
             f"the environment variable {variable} is unset or empty", "--credential-env"
+        )
+    if secret_file:
+        return TenantKeys(read_secret_file(secret_file, "--tenant-secret-file")).for_credential(
+            credential
         )
     folder = Path(data_dir) if data_dir else default_data_dir()
     if not (folder / "proxy.secret").is_file():
@@ -193,10 +210,18 @@ def _recall(args: argparse.Namespace) -> int:
     _check_recall_args(args.ref, args.lines)
     if args.tenant is not None and not args.tenant.strip():  # was taken as the default
         raise ConfigError("empty (give a tenant key, or leave --tenant out)", "--tenant")
+    if args.tenant_secret_file and not args.credential_env:
+        raise ConfigError(
+            "needs --credential-env (the secret derives that client's tenant)",
+            "--tenant-secret-file",
+        )
     with _opened(args) as (config, store):
         tenant = args.tenant or DEFAULT_TENANT
+        secret_file = args.tenant_secret_file or os.environ.get("CTXWARDEN_TENANT_SECRET_FILE")
         if args.credential_env:
-            tenant = _proxy_tenant(args.credential_env, args.data_dir or config.data_dir)
+            tenant = _proxy_tenant(
+                args.credential_env, args.data_dir or config.data_dir, secret_file or None
+            )
         try:
             found = recall(store, args.ref, args.lines, tenant=tenant)
         except ArtifactMissing as exc:

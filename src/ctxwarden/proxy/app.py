@@ -37,7 +37,7 @@ from ctxwarden.proxy.rollout import KillSwitch
 from ctxwarden.proxy.settings import ProxySettings
 from ctxwarden.proxy.shapes import CONDENSED_ROUTES
 from ctxwarden.proxy.state import STATE, ProxyState
-from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret
+from ctxwarden.proxy.tenant import TenantKeys, load_or_create_secret, read_secret_file
 from ctxwarden.proxy.upstream import Upstream
 from ctxwarden.proxy.websocket import OPEN_SOCKETS, close_open_sockets
 from ctxwarden.store import default_data_dir, sqlite_path
@@ -77,6 +77,8 @@ def build_app(
     settings = settings or ProxySettings()
     if settings.memo_mb is not None:
         set_memo_budget(int(settings.memo_mb * 1024 * 1024))
+    if tenant_secret is None and settings.tenant_secret_file:
+        tenant_secret = read_secret_file(settings.tenant_secret_file)
     if tenant_secret is None:
         folder = settings.data_dir or engine.config.data_dir or str(default_data_dir())
         tenant_secret = load_or_create_secret(Path(folder))
@@ -124,6 +126,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         pool_size=s.pool_size,
     )
     await asyncio.get_running_loop().run_in_executor(state.executor, _warm_up, state.engine)
+    await asyncio.get_running_loop().run_in_executor(
+        state.executor, _check_secret, state.engine, state.tenants.fingerprint()
+    )
     state.engine.background_gc = False  # collected here, on --gc-interval's schedule
     collector = asyncio.create_task(_collect_garbage(state)) if s.gc_interval > 0 else None
     yield
@@ -151,6 +156,39 @@ async def _collect_garbage(state: ProxyState) -> None:
             _log.error("store gc failed: %s", type(exc).__name__)
         else:
             _log.info("store gc dropped %d entries", dropped)
+
+
+SECRET_RECORD = ("ctxwarden", "tenant-secret")
+"""Where the store keeps the fingerprint of the tenant secret it was first used with (a
+tenant no client maps to: theirs start ``t-``)."""
+
+
+def _check_secret(engine: Engine, fingerprint: str) -> None:
+    """Record the tenant secret's fingerprint in a store that has none, and log an error
+    when the store holds another: this replica then shares nothing stored with the
+    replicas (or the earlier runs) that used the store with that secret (see
+    :mod:`ctxwarden.proxy.tenant`). A memory store is the process's own; a store that
+    cannot answer is logged by the requests that need it."""
+    if engine.config.store.backend == "memory":
+        return
+    try:
+        store = engine.store
+        seen = store.get_state(*SECRET_RECORD)
+        if seen is None:
+            store.put_state(*SECRET_RECORD, fingerprint.encode())
+            return
+    except Exception as exc:  # unavailable now: the requests will say so
+        _log.warning("tenant secret not checked against the store: %s", type(exc).__name__)
+        return
+    if seen != fingerprint.encode():
+        _log.error(
+            "the tenant secret (fingerprint %s) is not the one this store was first used "
+            "with (fingerprint %s): clients' sessions, originals and owed recall answers "
+            "stored under it are not reachable from this proxy; give every replica the "
+            "same --tenant-secret-file (or the same data directory)",
+            fingerprint,
+            seen.decode("ascii", "replace")[:16],
+        )
 
 
 def _warm_up(engine: Engine) -> None:

@@ -41,6 +41,10 @@ class ProxySettings:
     restart, so an operator who needs it to hold across one starts with this
     (``--kill-switch``, ``CTXWARDEN_KILL_SWITCH=1``)."""
     data_dir: str | None = None
+    tenant_secret_file: str | None = None
+    """The file holding the tenant secret (:mod:`ctxwarden.proxy.tenant`), which every
+    replica sharing a store must share; ``None``: ``<data_dir>/proxy.secret``, created
+    on first start."""
     connect_timeout: float = 10.0
     read_timeout: float = 600.0  # between bytes from the upstream
     total_timeout: float | None = None  # whole exchange, a streamed upload included

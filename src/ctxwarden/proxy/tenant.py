@@ -3,7 +3,12 @@
 The key is ``t-`` + the first 32 hex digits of HMAC-SHA256(secret, credential),
 where the secret is 32 random bytes kept in ``<data_dir>/proxy.secret`` (mode 0600,
 created on first start) so that tenant keys stay stable across restarts but cannot
-be recomputed by someone who only sees the store. The credential is the
+be recomputed by someone who only sees the store. Replicas that share a Redis or
+PostgreSQL store but not a data directory must share the secret instead
+(``--tenant-secret-file``, :func:`read_secret_file`): with secrets of their own, one
+client is another tenant on each, and nothing stored (session states, originals, owed
+recall answers) is shared. The store keeps the :meth:`TenantKeys.fingerprint` of the
+secret it was first used with, so a replica with another one is told at start. The credential is the
 ``x-api-key`` header, else the token of ``Authorization: Bearer``, else Azure OpenAI's
 ``api-key`` header; the newest Anthropic SDK sends the second, older ones the first,
 and all map to the same tenant for the same key. A request without a credential is
@@ -21,7 +26,13 @@ from pathlib import Path
 
 from ctxwarden.errors import ConfigError
 
-__all__ = ["ANONYMOUS_TENANT", "TenantKeys", "credential_of", "load_or_create_secret"]
+__all__ = [
+    "ANONYMOUS_TENANT",
+    "TenantKeys",
+    "credential_of",
+    "load_or_create_secret",
+    "read_secret_file",
+]
 
 ANONYMOUS_TENANT = "t-anonymous"
 _SECRET_FILE = "proxy.secret"
@@ -67,6 +78,30 @@ def load_or_create_secret(data_dir: str | Path) -> bytes:
     return fresh
 
 
+def read_secret_file(path: str | Path, key: str = "tenant_secret_file") -> bytes:
+    """The tenant secret in the file at ``path``, given by the operator (a fleet's
+    replicas share it: see module docstring); never created here, since a secret made
+    by one replica alone would split the fleet. A file that is missing, unreadable or
+    shorter than 16 bytes is a :class:`~ctxwarden.errors.ConfigError` named ``key``."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no tenant secret at {path} (make one, e.g. `head -c 32 /dev/urandom > "
+            f"{path}`, and give every replica the same file)",
+            key,
+        ) from None
+    except OSError as exc:  # a folder, no permission
+        raise ConfigError(f"cannot read {path} ({exc.strerror or exc})", key) from None
+    if len(data) < _MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"{path} holds {len(data)} bytes, too few for the tenant secret (at least "
+            f"{_MIN_SECRET_BYTES})",
+            key,
+        )
+    return data
+
+
 def _checked(path: Path, data: bytes) -> bytes:
     if len(data) < _MIN_SECRET_BYTES:
         raise ConfigError(
@@ -98,6 +133,12 @@ class TenantKeys:
         if len(secret) < _MIN_SECRET_BYTES:
             raise ValueError("tenant secret must be at least 16 bytes")
         self._secret = secret
+
+    def fingerprint(self) -> str:
+        """16 hex digits that tell two secrets apart without revealing either (an HMAC
+        of a fixed text): what the store keeps of the secret it was first used with."""
+        digest = hmac.new(self._secret, b"ctxwarden tenant secret", hashlib.sha256)
+        return digest.hexdigest()[:16]
 
     def for_credential(self, credential: str | None) -> str:
         if not credential:
