@@ -26,9 +26,10 @@ Contract:
   a stream the upstream cuts off, stalls past the read timeout or refuses to
   continue ends with an error event in the API's shape where the stream is at an
   event boundary (recall streams), and then the client connection is ABORTED, never
-  ended cleanly, so no client takes a truncated answer for a complete one; an upstream
-  error event in any round of a recall stream, the first included, ends the turn the
-  same way after it (no further round is asked: :func:`_stream_round`).
+  ended cleanly, so no client takes a truncated answer for a complete one. An
+  upstream error event in any round of a recall stream, the first included, ends the
+  turn after it: no further round is asked, and the response ends as the upstream's
+  did, since the event already told the client (:func:`_stream_round`).
 - A client that disconnects raises :class:`ClientGone` out of a write (or cancels
   the handler); the upstream response is then closed, which aborts the upstream
   request. Once a stream's final event was written (``[DONE]``, ``message_stop``,
@@ -272,8 +273,8 @@ REFUSED_STATUS = 400
 
 STREAM_ERROR = "UpstreamStreamError"
 """The ``error_type`` of a request whose upstream stream carried an error event: a plain
-relay passes the stream on as sent (its status stays 200), a recall turn ends there,
-cut (502): either way the operator can count upstream errors by this name."""
+relay passes the stream on as sent, a recall turn ends after it (the status stays the
+upstream's either way): the operator counts upstream errors by this name."""
 
 
 async def relay(
