@@ -1,4 +1,4 @@
-"""Content signals shared by the passes: error lines, distinctive strings, commands.
+"""Content signals shared by the passes: error lines, distinctive strings, paths, exit status.
 
 Results are memoized by content in bounded caches (agents resend the same texts every
 turn); the bounds keep a long-running proxy's memory flat.
@@ -13,12 +13,11 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-import shlex
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import orjson
 
+from ctxwarden.json_wrapped import json_exit_status, json_view
 from ctxwarden.memo import text_memo
 
 __all__ = [
@@ -28,13 +27,12 @@ __all__ = [
     "TextSearch",
     "argument_error_lines",
     "closing_lines",
-    "command_of",
     "distinctive_set",
     "distinctive_strings",
     "error_lines",
     "exit_status",
     "is_error_line",
-    "json_view",
+    "is_path",
     "mention_scores",
     "paths_in",
     "plain_line",
@@ -142,9 +140,10 @@ _CUT_AROUND = 250
 
 def error_lines(text: str, limit: int | None = None) -> list[str]:
     """Every distinct error line of ``text`` in order (at most ``limit``), as written;
-    of a JSON-wrapped output, those of the text its strings hold (:func:`json_view`:
-    inside a JSON string every line follows a ``\\n`` escape, which glues its first
-    word to an ``n`` and makes the whole output one line).
+    of a JSON-wrapped output, those of the text its strings hold
+    (:func:`~ctxwarden.json_wrapped.json_view`: inside a JSON string every line follows
+    a ``\\n`` escape, which glues its first word to an ``n`` and makes the whole output
+    one line).
 
     Uncapped by default: every error line of a condensed part must stay visible (as
     :func:`shown_error_line` shows it), so a cap here would hide the ones past it from
@@ -234,8 +233,9 @@ class LinesShown:
     ``text``, compared as a terminal shows them (:func:`plain_line`: a coloured line
     and its normalized form are the same line). A whole line, not a substring:
     ``FAILED t.py::test_1`` is not shown by ``FAILED t.py::test_10``. A JSON-wrapped
-    text also shows the lines its strings hold (:func:`json_view`), where
-    :func:`error_lines` finds its error lines."""
+    text also shows the lines its strings hold
+    (:func:`~ctxwarden.json_wrapped.json_view`), where :func:`error_lines` finds its
+    error lines."""
 
     __slots__ = ("_lines", "text")
 
@@ -515,180 +515,29 @@ def mention_scores(text: str) -> tuple[tuple[str, float], ...]:
 
 @text_memo()
 def paths_in(text: str) -> frozenset[str]:
-    """File paths (and bare file names with a known extension) mentioned in ``text``."""
-    return frozenset(m.group(0).lstrip("./") for m in _PATH_RE.finditer(text))
+    """File paths (and bare file names with a known extension) mentioned in ``text``:
+    an absolute one with its leading slash (``/repo/src/a.py``), a relative one without
+    a leading ``./`` or ``../`` (``src/a.py``). A slash after ``~``, a colon or another
+    slash (``~/x``, ``https://host/x``) starts no absolute path."""
+    return frozenset(_path_at(text, m) for m in _PATH_RE.finditer(text))
 
 
-@text_memo()
-def command_of(arguments: str) -> str:
-    """The command a tool call ran: the ``command`` / ``cmd`` / ``commands`` / ``path``
-    / ``file_path`` / ``query`` argument (an argv list written as a shell would read it,
-    :func:`shlex.join`), else the first argument, by key, that names a file or a URL
-    (Cursor's ``target_file``, a fetch tool's ``url``), followed by the other arguments
-    as JSON (by key, prose last: a label cut short keeps what identifies the call); else
-    all arguments as JSON, by key; not JSON, the arguments text itself. Only the
-    leading and trailing whitespace of the command is stripped (two commands that
-    differ inside, in a heredoc's indentation or a quoted pattern's spacing, are
-    different commands)."""
-    try:
-        args = orjson.loads(arguments) if arguments else {}
-        return _command_in(args)
-    except (orjson.JSONDecodeError, TypeError, RecursionError):  # not JSON, or too deep
-        return arguments.strip()
+def _path_at(text: str, match: re.Match[str]) -> str:
+    start = match.start()
+    if start and text[start - 1] == "/" and (start == 1 or text[start - 2] not in _NOT_ROOT):
+        return "/" + match.group(0)
+    return match.group(0).lstrip("./")
 
 
-_COMMAND_KEYS = ("command", "cmd", "commands", "path", "file_path", "query")
+_NOT_ROOT = frozenset("~/:")
+"""Characters before a slash that make it no filesystem root (a path run never starts
+right after a path character: :data:`_PATH_RE`)."""
 
 
-def _command_in(args: Any) -> str:
-    """:func:`command_of` of parsed arguments (raises ``TypeError`` for values nested
-    past what orjson writes)."""
-    if not isinstance(args, dict):
-        return str(args).strip()
-    for key in _COMMAND_KEYS:
-        value = args.get(key)
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            # argv form (Codex): quoted as a shell reads it, so that ["rg", "def parse"]
-            # and ["rg", "def", "parse"] stay apart; the other arguments still count
-            value = shlex.join(value)
-        if isinstance(value, str):
-            return _with_rest(value, args, key)
-    for key in sorted(args):
-        value = args[key]
-        if isinstance(value, str) and _names_target(value):
-            return _with_rest(value, args, key)
-    return _as_json(args) if args else "{}"
-
-
-def _with_rest(value: str, args: dict[str, Any], key: str) -> str:
-    rest = {k: v for k, v in args.items() if k != key}
-    return value.strip() + (" " + _as_json(rest) if rest else "")
-
-
-def _as_json(args: dict[str, Any]) -> str:
-    """``args`` as a JSON object, keys sorted at every level, except that the values
-    holding whitespace (prose: an ``explanation``, a ``prompt``, a file's content) come
-    after the others."""
-    order = sorted(args, key=lambda k: (_is_prose(args[k]), k))
-    items = (
-        orjson.dumps(k).decode() + ":" + orjson.dumps(args[k], option=orjson.OPT_SORT_KEYS).decode()
-        for k in order
-    )
-    return "{" + ",".join(items) + "}"
-
-
-def _is_prose(value: Any) -> bool:
-    return isinstance(value, str) and any(c.isspace() for c in value)
-
-
-def _names_target(value: str) -> bool:
-    """Whether ``value`` is a file path or a URL alone (one word)."""
-    if not value or len(value) > 2_000 or any(c.isspace() for c in value):
-        return False
-    return "://" in value or _PATH_RE.fullmatch(value.lstrip("/~")) is not None
-
-
-_EXIT_KEYS = (
-    "exit_code",
-    "exitCode",
-    "exit_status",
-    "exitStatus",
-    "returncode",
-    "return_code",
-    "returnCode",
-)
-_STATUS_KEY = "status"
-"""Read as an exit status only below 100 (an HTTP status is 100 or more)."""
-
-
-def _may_be_json(text: str) -> bool:
-    """Whether ``text`` could be a JSON object or array (a cheap test before parsing)."""
-    start = len(text) - len(text.lstrip())
-    end = len(text.rstrip())
-    if end - start < 2:
-        return False
-    return (text[start], text[end - 1]) in (("{", "}"), ("[", "]"))
-
-
-def json_view(text: str) -> str | None:
-    """The text a JSON-wrapped output holds, else ``None``.
-
-    An output that is a JSON object or array (older Codex CLI's
-    ``{"output": "...", "metadata": {"exit_code": 1}}``, many MCP tools) one of whose
-    string values spans lines holds its text in those strings, every line after a
-    ``\\n`` escape. Its view is every string value, decoded, in document order, each
-    starting a line (keys and other values left out); a view that is such a JSON text
-    again (an MCP result whose text is a JSON document) is decoded in turn, so the
-    view of a view is ``None``. A JSON text whose strings hold no line break shows
-    its lines as written: ``None``. Error lines, line counts, mentions and kept lines
-    of such an output are those of its view."""
-    if not _may_be_json(text) or "\\n" not in text:
-        return None
-    return _json_wrapper(text)[0]
-
-
-def _json_exit(text: str) -> int | None:
-    """The exit status a JSON output states under a key (see :func:`exit_status`)."""
-    if not _may_be_json(text):
-        return None
-    return _json_wrapper(text)[1]
-
-
-@text_memo()
-def _json_wrapper(text: str) -> tuple[str | None, int | None]:
-    """:func:`json_view` and :func:`_json_exit` of a text that may be JSON. A string
-    value that is a JSON document itself (an MCP result's text) stands for its view
-    and, when the outer document states none, its exit status."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:  # not JSON, or nested past orjson's depth
-        return None, None
-    if not isinstance(value, dict | list):
-        return None, None
-    strings: list[str] = []
-    status = _walk(value, strings)
-    for i, string in enumerate(strings):
-        if _may_be_json(string):  # each level doubles the escapes: few levels fit
-            inner, inner_status = _json_wrapper(string)
-            strings[i] = string if inner is None else inner
-            status = inner_status if status is None else status
-    if not any("\n" in string for string in strings):
-        return None, status
-    view = "\n".join(strings)
-    inner = json_view(view)  # the strings joined may be JSON again: the view is final
-    return view if inner is None else inner, status
-
-
-def _walk(value: dict[str, Any] | list[Any], strings: list[str]) -> int | None:
-    """Appends the string values of ``value`` to ``strings`` in document order and
-    returns the exit status its shallowest exit key states (:data:`_EXIT_KEYS`, or
-    :data:`_STATUS_KEY` below 100), else ``None``."""
-    status: tuple[int, int] | None = None  # (depth, status)
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            strings.append(node)
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in reversed(node))
-        elif isinstance(node, dict):
-            if status is None or depth < status[0]:
-                found = _exit_in(node)
-                if found is not None:
-                    status = (depth, found)
-            stack.extend((v, depth + 1) for v in reversed(node.values()))
-    return None if status is None else status[1]
-
-
-def _exit_in(node: dict[str, Any]) -> int | None:
-    for key in _EXIT_KEYS:
-        value = node.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    value = node.get(_STATUS_KEY)
-    if isinstance(value, int) and not isinstance(value, bool) and value < 100:
-        return value
-    return None
+def is_path(word: str) -> bool:
+    """Whether ``word`` is, whole, a relative path or a file name with a known extension
+    (a form :func:`paths_in` finds)."""
+    return _PATH_RE.fullmatch(word) is not None
 
 
 _RETURNCODE_RE = re.compile(r"<returncode>(-?\d+)</returncode>")
@@ -727,10 +576,11 @@ def exit_status(text: str) -> int | None:
     or OpenHands' closing ``[The command completed with exit code N.]`` /
     ``[Command finished with exit code N]`` among the bracketed lines that end it
     (a working directory, an interpreter). A JSON output states it under an exit key
-    (``exit_code``, ``exitCode``, ``returncode``, ``status`` below 100, ...), the
-    shallowest first, else as its view does (:func:`json_view`). A status mentioned
-    anywhere else (a grep hit, a log line about a child process) is not the command's."""
-    code = _json_exit(text)
+    (:func:`~ctxwarden.json_wrapped.json_exit_status`: ``exit_code``, ``returncode``,
+    ``status`` below 100, ...), else as its view does
+    (:func:`~ctxwarden.json_wrapped.json_view`). A status mentioned anywhere else (a
+    grep hit, a log line about a child process) is not the command's."""
+    code = json_exit_status(text)
     if code is not None:
         return code
     view = json_view(text)

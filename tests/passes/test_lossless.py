@@ -170,7 +170,7 @@ def test_the_blocks_of_one_result_never_supersede_each_other() -> None:
 
 
 def test_argv_commands_keep_their_other_arguments() -> None:
-    from ctxwarden.signals import command_of
+    from ctxwarden.commands import command_of
 
     def argv(workdir: str) -> str:
         return json.dumps({"command": ["bash", "-lc", "cat setup.py"], "workdir": workdir})

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ctxwarden.commands import command_of
 from ctxwarden.passes.base import Segment
 from ctxwarden.passes.config import SupersedeConfig
 from ctxwarden.passes.supersede import SupersedePass, action_key
-from ctxwarden.signals import command_of, exit_status
+from ctxwarden.signals import exit_status
 from tests.passes.convo import (
     FORCE,
     call,
@@ -38,7 +39,7 @@ def _superseded(wire: dict[str, Any]) -> dict[int, int]:
 
 def _out(tag: str, n: int) -> str:
     """An output of ``n`` lines, all but the last the same for every ``tag``: the runs of
-    one action here show much of the same (supersession requires it: MIN_OVERLAP), so
+    one action here show much of the same (supersession requires it: min_overlap), so
     whether a note is written turns on what the test is about, not on the content."""
     return lines_of("out", n - 1, extra=(f"run {tag} done",))
 

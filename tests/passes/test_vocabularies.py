@@ -2,7 +2,8 @@
 
 1. An output wrapped in JSON (older Codex CLI's ``{"output": "...", "metadata":
    {"exit_code": 101}}``, MCP results) is read by the text its strings hold: its error
-   lines, line count and exit status, and every error line of its placeholder is shown.
+   lines, line count and exit status, and every error line of its placeholder is shown;
+   a suppressed one's stub counts the lines of that text too.
 2. A poll of a background process (Claude Code's ``BashOutput``, Codex's
    ``write_stdin``) and an argument-less snapshot of another page (Playwright's
    ``browser_snapshot``) are not "superseded": the newer output shows other things.
@@ -19,14 +20,16 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxwarden import signals
+from ctxwarden import json_wrapped
+from ctxwarden.commands import command_of
 from ctxwarden.passes.base import Replacement, Segment
-from ctxwarden.passes.config import SupersedeConfig
+from ctxwarden.passes.config import SupersedeConfig, SuppressConfig
 from ctxwarden.passes.placeholder import Digest, build_placeholder, describe
 from ctxwarden.passes.summarize import extract_summary
 from ctxwarden.passes.supersede import SupersedePass
+from ctxwarden.passes.suppress import SuppressPass
 from ctxwarden.pipeline.condenser import Condenser
-from ctxwarden.signals import LinesShown, command_of, error_lines, exit_status
+from ctxwarden.signals import LinesShown, error_lines, exit_status
 from tests.passes.convo import FORCE, call, call_with, context, make_engine, request, result
 
 # -- 1. JSON-wrapped outputs ------------------------------------------------------------
@@ -52,7 +55,7 @@ def test_the_error_lines_of_a_json_wrapped_output_are_those_of_its_text() -> Non
     wrapped = _codex(log, 101)
     assert "\n" not in wrapped  # one physical line: every error word glued to an `n`
     assert error_lines(wrapped) == error_lines(log) and len(error_lines(log)) == 4
-    assert signals.json_view(wrapped) == log
+    assert json_wrapped.json_view(wrapped) == log
     assert exit_status(wrapped) == 101
     shown = LinesShown(wrapped)  # the JSON shows the lines its strings hold
     assert all(shown.shows(e) for e in error_lines(log))
@@ -94,16 +97,16 @@ def test_exit_status_keys_of_json_outputs() -> None:
     assert exit_status(json.dumps({"exit_code": True, "output": body})) is None
     assert exit_status(json.dumps({"exit_code": "1", "output": body})) is None
     # a JSON text whose strings hold no line break is read as written
-    assert signals.json_view(json.dumps({"a": "b", "c": [1, 2]})) is None
-    assert signals.json_view('{"output": "a\\nb"') is None  # not JSON
+    assert json_wrapped.json_view(json.dumps({"a": "b", "c": [1, 2]})) is None
+    assert json_wrapped.json_view('{"output": "a\\nb"') is None  # not JSON
 
 
 def test_json_inside_a_json_string_is_decoded_in_turn() -> None:
     log = _cargo_log()
     mcp = json.dumps({"content": [{"type": "text", "text": _codex(log, 101)}]})
-    view = signals.json_view(mcp)
+    view = json_wrapped.json_view(mcp)
     assert view is not None and view.endswith(log)
-    assert signals.json_view(view) is None  # a view is final
+    assert json_wrapped.json_view(view) is None  # a view is final
     assert error_lines(mcp) == error_lines(log)
     assert exit_status(mcp) == 101
 
@@ -138,6 +141,25 @@ def test_a_placeholder_of_a_json_wrapped_output_shows_its_status_lines_and_error
     assert "... (398 lines)" in lines
     assert not any(line.startswith("... (lines") for line in lines)
     assert "exit_code" not in body and "duration_seconds" not in body  # keys: no mentions
+
+
+def test_a_suppressed_json_wrapped_output_counts_the_lines_of_its_text() -> None:
+    # the stub said "1 lines": the same count as the placeholder's and supersede's note
+    log = _cargo_log()
+    wire = request(
+        call("c1", "cargo build", name="build"), result("c1", _codex(log, 101)),
+        call("c2", "echo done"), result("c2", "done"),
+    )  # fmt: skip
+    ctx, _ = context(wire)
+    out = SuppressPass(SuppressConfig(), ["build"])(ctx, {})
+    (rep,) = out.values()
+    header, *errors = rep.text.split("\n")
+    assert "(exit 101, 400 lines in JSON, " in header
+    assert errors == error_lines(log)
+    plain = request(call("c1", "cargo build", name="build"), result("c1", log),
+                    call("c2", "echo done"), result("c2", "done"))  # fmt: skip
+    (rep,) = SuppressPass(SuppressConfig(), ["build"])(context(plain)[0], {}).values()
+    assert "(400 lines, " in rep.text.split("\n")[0]  # a plain output as before
 
 
 def test_the_engine_keeps_every_error_line_of_a_json_wrapped_output_visible() -> None:

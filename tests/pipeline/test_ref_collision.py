@@ -86,7 +86,7 @@ def test_a_superseding_output_replaced_by_a_colliding_text_is_no_longer_the_witn
     show it again once the newer output reads otherwise, even with the same reference."""
     assert ref_for(FAILED) == ref_for(PASSED) and "Error" not in PASSED
     # two lines, one of them the newer build's: superseded (a longer old output would
-    # share too little of it, supersede.MIN_OVERLAP)
+    # share too little of it, pipeline.supersede.min_overlap)
     old = "collide " * 60 + "0\nError: build failed in step one"
     engine = _engine()
     first = engine.condense(_runs(("make", old), ("make", FAILED)), "openai.chat", session="x")

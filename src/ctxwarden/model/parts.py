@@ -123,7 +123,7 @@ class ToolCallPart:
     command: str | None = None
     """What the call does, when its arguments do not say it (a built-in patch: its
     operation and file); ``None``: read from the arguments
-    (:func:`ctxwarden.signals.command_of`)."""
+    (:func:`ctxwarden.commands.command_of`)."""
     edited: bool = False
     safety: SafetyClass = SafetyClass.PROTOCOL_EXACT
     kind: Literal["tool_call"] = "tool_call"

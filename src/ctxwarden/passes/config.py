@@ -68,6 +68,16 @@ class SupersedeConfig(SizedPassConfig):
     file_reads: StrictBool = Field(
         True, description="A later full read of a file supersedes earlier."
     )
+    min_overlap: StrictFloat = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="A newer run supersedes an older one only when it shows at least this "
+        "share of the older output's distinct non-blank lines (an output of at most two "
+        "such lines is superseded whatever it shares; 0: whatever any shares). A re-read "
+        "after an edit shares about 1.0, a test re-run 0.8, a script re-run after a fix "
+        "0.12 to 0.8; a poll of a background process 0.05, a snapshot of another page 0.09.",
+    )
 
 
 class NormalizeConfig(SizedPassConfig):
@@ -138,6 +148,12 @@ class TrimArgsConfig(SizedPassConfig):
 
     min_tokens: StrictInt = Field(60, ge=0)
     max_value_chars: StrictInt = Field(160, ge=40, description="String values longer are trimmed.")
+    min_saved_chars: StrictInt = Field(
+        128,
+        ge=0,
+        description="A trim that shortens a value by fewer characters (about 32 tokens at "
+        "128) is not made: an old call's identifying one-line command stays whole.",
+    )
     head_lines: StrictInt = Field(1, ge=0, le=100)
     tail_lines: StrictInt = Field(0, ge=0, le=100)
 

@@ -32,7 +32,7 @@ line count already says that every line is hidden. An output in colour
 is described without its colour codes (its lines and mentions as a terminal shows
 them; the header counts the original's tokens). A JSON-wrapped output (older Codex
 CLI's ``{"output": "...", "metadata": {"exit_code": 101}}``) is described by the text
-its strings hold (:func:`~ctxwarden.signals.json_view`): its lines, error lines,
+its strings hold (:func:`~ctxwarden.json_wrapped.json_view`): its lines, error lines,
 mentions and the exit status it states under a key; the header says ``lines in JSON``
 and a hidden range is ``... (N lines)``, unnumbered, since recall numbers the lines of
 the original, which the JSON writes as one.
@@ -44,12 +44,12 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
+from ctxwarden.json_wrapped import json_view
 from ctxwarden.passes.base import Segment
 from ctxwarden.signals import (
     ANSI_RE,
     error_lines,
     exit_status,
-    json_view,
     mention_scores,
     shown_error_line,
 )
@@ -178,7 +178,7 @@ def placeholder_parts(
 
 def _viewed(segment: Segment) -> tuple[Segment, str | None]:
     """``segment`` as its placeholder describes it, and the JSON it was read from: a
-    JSON-wrapped output's text is read as its view (:func:`~ctxwarden.signals.json_view`),
+    JSON-wrapped output's text is read as its view (:func:`~ctxwarden.json_wrapped.json_view`),
     either way without colour codes (:func:`_uncoloured`)."""
     view = json_view(segment.text)
     if view is None:

@@ -1,12 +1,14 @@
 """Supersession: an output made stale by a newer run of the same action.
 
 Two outputs are runs of the same action when their tool and command are the same (only
-the leading and trailing whitespace may differ), or (``file_reads``) both are full
-reads of the same file (``cat F``, ``nl -ba F``, ``view F``; SWE-agent's ``open F``
-shows a 100-line window, not the file). SWE-agent's ``scroll_down`` and ``scroll_up``
-show the next window each time: no run of them is stale. All but the newest
-``keep_newest`` runs become a note naming the newest run; error lines that the newest
-run does not show are kept verbatim.
+the leading and trailing whitespace may differ; arguments that only annotate a call, a
+Claude Code ``description``, a Cursor ``explanation``, a Cline ``requires_approval``
+or a Codex ``timeout_ms``, left out: :func:`~ctxwarden.commands.action_of`), or
+(``file_reads``) both are full reads of the same file (``cat F``, ``nl -ba F``,
+``view F``; SWE-agent's ``open F`` shows a 100-line window, not the file).
+SWE-agent's ``scroll_down`` and ``scroll_up`` show the next window each time: no run
+of them is stale. All but the newest ``keep_newest`` runs become a note naming the
+newest run; error lines that the newest run does not show are kept verbatim.
 
 Agents keep one shell for a session, so the same command may run in another directory.
 Two runs are only the same action when they surely ran in the same directory: no call
@@ -21,14 +23,17 @@ file (``goto N``, ``search_file X``, ``edit A:B``, ...) are only the same action
 same open file, as their output's ``(Open file: F)`` line states.
 
 A newer run supersedes an older one only when it shows much of the same: at least
-:data:`MIN_OVERLAP` of the older output's distinct non-blank lines (those of a
-JSON-wrapped output's text, :func:`~ctxwarden.signals.json_view`) are lines of the
-newer run too, or the older output has at most :data:`TINY_LINES` of them. A re-read
-after an edit, a test re-run or a ``git status`` shares most of its lines; a poll of a
-background process (Claude Code's ``BashOutput``, Codex's ``write_stdin``) returns
-only what is new since the last one, and an argument-less snapshot (Playwright's
-``browser_snapshot``) shows whatever page is open: the same call, different things.
-Those older outputs are left to the lossy passes, which keep their mentions.
+``min_overlap`` (:class:`~ctxwarden.passes.config.SupersedeConfig`, 0.2 by default) of
+the older output's distinct non-blank lines (those of a JSON-wrapped output's text,
+:func:`~ctxwarden.json_wrapped.json_view`) are lines of the newer run too, or the older
+output has at most :data:`TINY_LINES` of them. A re-read after an edit, a test re-run
+or a ``git status`` shares most of its lines (measured: 1.0, 0.8, 0.67; a script's
+re-run after a fix mostly 0.3 to 0.8 and down to 0.12, the corpus holding 227 of 241
+supersessions at 0.3 or more); a poll of a background process (Claude Code's
+``BashOutput``, Codex's ``write_stdin``, 0.05) returns only what is new since the last
+one, and an argument-less snapshot (Playwright's ``browser_snapshot``, 0.09 for two
+pages) shows whatever page is open: the same call, different things. Those older
+outputs are left to the lossy passes, which keep their mentions.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 
+from ctxwarden.commands import action_of, command_of
+from ctxwarden.json_wrapped import json_view, lines_label
 from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
@@ -44,26 +51,18 @@ from ctxwarden.passes.config import SupersedeConfig
 from ctxwarden.signals import (
     LinesShown,
     closing_lines,
-    command_of,
     error_lines,
-    json_view,
     plain_line,
     shown_error_line,
 )
 
-__all__ = ["MIN_OVERLAP", "TINY_LINES", "SupersedePass", "action_key"]
+__all__ = ["TINY_LINES", "SupersedePass", "action_key"]
 
-MIN_OVERLAP = 0.2
-"""Share of an older output's distinct non-blank lines a newer run must show for the
-older to be superseded. Measured shares: a file re-read after an edit 1.0, pytest
-failing then passing 0.8, ``git status`` before and after a commit 0.67, a script's
-re-run after a fix mostly 0.3 to 0.8 and down to 0.12 (the corpus: 227 of 241
-supersessions at 0.3 or more), polls of a background process 0.05, snapshots of two
-pages 0.09. (A candidate for a field of ``SupersedeConfig``.)"""
 TINY_LINES = 2
 """An older output of at most this many distinct non-blank lines is superseded
-whatever it shares: a share of one or two lines says little (a one-line JSON document
-or a minified file read again)."""
+whatever it shares: a share of one or two lines is no measure (a one-line JSON
+document or a minified file read again). Not a setting: it only says where a share
+stops meaning anything; ``min_overlap = 0`` turns the whole gate off."""
 
 _FULL_READ = re.compile(r"^(?:cat|nl(?:\s+-\w+)*|view|less|more)\s+([\w./-]+)\s*$")
 _MOVES = re.compile(r"(?:^|[\s;&|(){}`!'\"])(?:cd|pushd|popd)(?=$|[\s;&|()`'\"])")
@@ -87,9 +86,20 @@ _ANYWHERE = "/"
 """The place of a run that names its own directory."""
 
 
-def action_key(segment: Segment, file_reads: bool) -> str:
-    """What counts as "the same action" for supersession (in the same directory)."""
-    return _action_key(segment.tool_name, segment.command, file_reads)
+def action_key(segment: Segment, file_reads: bool, arguments: str | None = None) -> str:
+    """What counts as "the same action" for supersession (in the same directory).
+    ``arguments``: those of the call that produced ``segment``, when known; then the
+    annotations among them do not count (:func:`~ctxwarden.commands.action_of`)."""
+    return _action_key(segment.tool_name, _action_command(segment.command, arguments), file_reads)
+
+
+def _action_command(command: str, arguments: str | None) -> str:
+    """The command of an action: ``command`` without annotations when ``arguments``
+    are known and are what it was read from (an adapter may name the command of a
+    built-in call itself: a patch's operation and file)."""
+    if arguments is None or command_of(arguments) != command:
+        return command
+    return action_of(arguments)
 
 
 def _action_key(tool_name: str, command: str, file_reads: bool) -> str:
@@ -154,19 +164,20 @@ class SupersedePass:
 
     def __init__(self, config: SupersedeConfig) -> None:
         self.config = config
-        self._keys: BoundedMemo[tuple[str, str], tuple[str, bool, bool, bool]] = BoundedMemo(
+        self._keys: BoundedMemo[tuple[str, str, str], tuple[str, bool, bool, bool]] = BoundedMemo(
             TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES
         )
-        """Action keys and directory changes by tool name and command: every request
+        """Action keys and directory changes by tool name, command and action: every request
         asks again for every call of the history."""
         self._overlap: BoundedMemo[tuple[str, tuple[str, ...]], bool] = BoundedMemo(
             TEXT_MEMO_LIMIT, TEXT_MEMO_BYTES
         )
-        """:meth:`_overlaps` by the older text and the newer run's texts."""
+        """:meth:`_overlaps` by the older text and the newer run's texts (one config per
+        pass: the share it asks is fixed)."""
 
     def _overlaps(self, older: str, newer: tuple[str, ...]) -> bool:
         """Whether the newer run (its blocks' texts) shows enough of ``older`` to stand
-        for it (:data:`MIN_OVERLAP`, :data:`TINY_LINES`), memoized."""
+        for it (``min_overlap``, :data:`TINY_LINES`), memoized."""
         key = (older, newer)
         found = self._overlap.get(key, None)
         if found is None:
@@ -175,7 +186,7 @@ class SupersedePass:
                 found = True
             else:
                 new = frozenset().union(*map(_distinct_lines, newer))
-                found = len(old & new) >= MIN_OVERLAP * len(old)
+                found = len(old & new) >= self.config.min_overlap * len(old)
             found = self._overlap.put(key, found, footprint(key))
         return found
 
@@ -201,9 +212,7 @@ class SupersedePass:
                 ):
                     continue
                 ref = ref_for(segment.text)
-                view = json_view(segment.text)
-                lines = (segment.text if view is None else view).count("\n") + 1
-                size = f"{lines:,} lines" if view is None else f"{lines:,} lines in JSON"
+                size = lines_label(segment.text)
                 # error lines the witness does not show (the witness is the newest
                 # run's first block: the note's claim is checked against it)
                 shown = LinesShown(newest.text)
@@ -238,11 +247,14 @@ class SupersedePass:
         skipped: set[tuple[int, str]] = set()
         moved: set[str] = set()  # the calls whose change is counted
         called_at: dict[str, int] = {}  # the span each call was made in
+        arguments: dict[str, str] = {}  # each call's arguments, where a segment has them
         span = 0
         for segment in ctx.segments:
             if segment.kind == "tool_args":
-                moves = self._action(segment.tool_name, command_of(segment.text))[1]
+                command = command_of(segment.text)
+                moves = self._action(segment.tool_name, command, command)[1]
                 called_at[segment.call_id] = span
+                arguments[segment.call_id] = segment.text
                 if moves:
                     span += 1
                     moved.add(segment.call_id)
@@ -250,7 +262,8 @@ class SupersedePass:
             if segment.kind != "tool_output" or not segment.command:
                 continue
             run = (segment.message_index, segment.call_id)
-            key, moves, anchored, alone = self._action(segment.tool_name, segment.command)
+            action = _action_command(segment.command, arguments.get(segment.call_id))
+            key, moves, anchored, alone = self._action(segment.tool_name, segment.command, action)
             if moves and (not segment.call_id or segment.call_id not in moved):
                 span += 1  # a call with no arguments segment
                 moved.add(segment.call_id)
@@ -286,14 +299,16 @@ class SupersedePass:
                 groups[key, place][run] = segments
         return groups
 
-    def _action(self, tool_name: str, command: str) -> tuple[str, bool, bool, bool]:
-        """:func:`action_key` of a run of ``tool_name`` with ``command`` under this
-        pass's config, whether it changes directory, whether it names its directory and
-        whether it shows something new each time (:func:`_where`), memoized."""
-        by = (tool_name, command)
+    def _action(self, tool_name: str, command: str, action: str) -> tuple[str, bool, bool, bool]:
+        """:func:`action_key` of a run of ``tool_name`` with ``command`` (its action:
+        ``action``, :func:`_action_command`) under this pass's config, whether it
+        changes directory, whether it names its directory and whether it shows
+        something new each time (:func:`_where`, which reads the whole command),
+        memoized."""
+        by = (tool_name, command, action)
         found = self._keys.get(by, None)
         if found is None:
-            key = _action_key(tool_name, command, self.config.file_reads)
+            key = _action_key(tool_name, action, self.config.file_reads)
             found = (key, *_where(key, command))
             found = self._keys.put(by, found, footprint(by) + footprint(found))
         return found

@@ -4,7 +4,9 @@ For tools whose output is noise once read (a screenshot log, a heartbeat, a lint
 that is re-run anyway): every eligible output of a tool with ``suppress = true`` in
 its ``[pipeline.tools.NAME]`` policy, outside the recency window, is replaced by a
 stub with its exit status, size and reference, in the style of the mask pass's
-placeholder header, plus every error line verbatim. Lossy,
+placeholder header, plus every error line verbatim (a JSON-wrapped output's size
+counts the lines of the text its strings hold, ``400 lines in JSON``, as the
+placeholder does: :func:`~ctxwarden.json_wrapped.lines_label`). Lossy,
 recallable; size thresholds do not apply (the user asked for it by name).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from ctxwarden.json_wrapped import lines_label
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import SuppressConfig
@@ -42,8 +45,7 @@ class SuppressPass:
             errors = tuple(error_lines(segment.text))
             status = exit_status(segment.text)
             facts = [] if status is None else [f"exit {status}"]
-            lines = segment.text.count("\n") + 1
-            facts += [f"{lines:,} lines", f"{segment.tokens:,} tokens"]
+            facts += [lines_label(segment.text), f"{segment.tokens:,} tokens"]
             stub = f"[ctxwarden: suppressed output; original {ref} ({', '.join(facts)})]"
             text = "\n".join([stub, *map(shown_error_line, errors)])
             if ctx.counter.count_text(text) >= segment.tokens:

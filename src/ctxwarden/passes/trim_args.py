@@ -4,14 +4,15 @@ Agents write whole files and patches into tool-call arguments; once the call is 
 its effect is visible in later outputs. Each string value longer than
 ``max_value_chars`` keeps ``head_lines`` and ``tail_lines`` and every error line (a
 script that prints ``Error: ...``) around a note with the reference to the exact
-original arguments. A trim that would take out fewer than :data:`MIN_SAVED_CHARS`
-characters is not made: it would save a few tokens and cut what identifies the call
-(a one-line command cut at 40 characters saved one token). The result stays valid
-JSON (non-JSON arguments are trimmed as one string), and every value it keeps is kept
-exactly: arguments the fast parser
-cannot read exactly (an integer beyond 64 bits, ``1e400``) are left whole. That every
-error line survives is checked where every replacement is, when the condenser
-commits it.
+original arguments. A trim that would take out fewer than ``min_saved_chars``
+characters (:class:`~ctxwarden.passes.config.TrimArgsConfig`, 128 by default: about
+32 tokens, where the note naming the reference costs a dozen) is not made: a value
+just over ``max_value_chars`` (a one-line command, a path, a test id) is what
+identifies the call, and a one-line command cut at 40 characters saved one token.
+The result stays valid JSON (non-JSON arguments are trimmed as one string), and every
+value it keeps is kept exactly: arguments the fast parser cannot read exactly (an
+integer beyond 64 bits, ``1e400``) are left whole. That every error line survives is
+checked where every replacement is, when the condenser commits it.
 """
 
 from __future__ import annotations
@@ -28,18 +29,12 @@ from ctxwarden.passes.base import PassContext, Replacement, ref_for
 from ctxwarden.passes.config import TrimArgsConfig
 from ctxwarden.signals import is_error_line, shown_error_line
 
-__all__ = ["MIN_SAVED_CHARS", "TrimArgsPass", "trim_value"]
-
-MIN_SAVED_CHARS = 128
-"""Characters (about 32 tokens) a trimmed value must be shorter than the value, else it
-stays whole: the note naming the reference costs a dozen tokens, and a value just over
-``max_value_chars`` (a one-line command, a path, a test id) is what identifies the call.
-(A candidate for a field of ``TrimArgsConfig``.)"""
+__all__ = ["TrimArgsPass", "trim_value"]
 
 
-def _worth(value: str, trimmed: str) -> bool:
+def _worth(value: str, trimmed: str, config: TrimArgsConfig) -> bool:
     """Whether ``trimmed`` saves enough over ``value`` to stand for it."""
-    return len(value) - len(trimmed) >= MIN_SAVED_CHARS
+    return len(value) - len(trimmed) >= config.min_saved_chars
 
 
 def trim_value(value: str, ref: str, config: TrimArgsConfig) -> str:
@@ -88,7 +83,7 @@ def _trim(node: Any, ref: str, config: TrimArgsConfig) -> tuple[Any, bool]:
     if isinstance(node, str):
         if len(node) > config.max_value_chars:
             trimmed = trim_value(node, ref, config)  # an error line is left as it is
-            if _worth(node, trimmed):
+            if _worth(node, trimmed, config):
                 return trimmed, True
         return node, False
     if isinstance(node, dict):
@@ -125,7 +120,7 @@ class TrimArgsPass:
             parsed = None
             if len(arguments) > self.config.max_value_chars and _exact(arguments) is None:
                 trimmed_text = trim_value(arguments, ref, self.config)
-                result = trimmed_text if _worth(arguments, trimmed_text) else None
+                result = trimmed_text if _worth(arguments, trimmed_text, self.config) else None
         try:
             if parsed is not None and not _same(_exact(arguments), parsed):
                 parsed = None  # read inexactly (a huge integer became a float): left whole

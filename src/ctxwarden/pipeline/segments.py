@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
 
+from ctxwarden.commands import command_of
 from ctxwarden.errors import json_pointer
 from ctxwarden.memo import (
     OBJECT_BYTES,
@@ -21,7 +23,7 @@ from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import Segment, SegmentKind
 from ctxwarden.pipeline.presets import PipelineConfig, ToolPolicy
-from ctxwarden.signals import command_of, distinctive_set, paths_in
+from ctxwarden.signals import distinctive_set, paths_in
 from ctxwarden.tokens.counter import TokenCounter
 
 __all__ = ["SegmentCache", "SegmentView", "never_condensed", "segment_view"]
@@ -433,11 +435,39 @@ def _relevant(
         focus |= paths_in(_command_line(command))
     if not focus:
         return frozenset()
+    # a relative path in focus is the file of an absolute one ending with it (a read
+    # of ``src/a.py`` and an edit of ``/repo/src/a.py``), and the other way round
+    focus_forms = focus | _relative_forms(focus)
+    relative_focus = any(not p.startswith("/") for p in focus)
     return frozenset(
         s.path
         for s in segments
-        if s.kind == "tool_output" and s.command and paths_in(_command_line(s.command)) & focus
+        if s.kind == "tool_output"
+        and s.command
+        and _about(paths_in(_command_line(s.command)), focus, focus_forms, relative_focus)
     )
+
+
+def _about(
+    paths: frozenset[str], focus: set[str], focus_forms: set[str], relative_focus: bool
+) -> bool:
+    """Whether ``paths`` (an output's) and ``focus`` name a file in common: the same
+    path, or a relative path of one and an absolute path of the other that ends with
+    ``/`` and it (on whole path components: ``b.py`` is not ``/repo/ab.py``)."""
+    if not paths.isdisjoint(focus_forms):
+        return True
+    return relative_focus and not _relative_forms(paths).isdisjoint(focus)
+
+
+def _relative_forms(paths: Iterable[str]) -> set[str]:
+    """The relative paths each absolute path of ``paths`` ends with, on whole path
+    components (``/repo/src/a.py``: ``repo/src/a.py``, ``src/a.py`` and ``a.py``)."""
+    out: set[str] = set()
+    for path in paths:
+        if path.startswith("/"):
+            parts = path.split("/")
+            out.update("/".join(parts[i:]) for i in range(1, len(parts)) if parts[i])
+    return out
 
 
 _WHERE_KEYS = frozenset({"workdir", "cwd", "dir", "directory", "working_directory"})

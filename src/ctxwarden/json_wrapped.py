@@ -1,0 +1,137 @@
+"""JSON-wrapped tool outputs: the text their strings hold, the exit status their keys state.
+
+An output that is a JSON object or array (older Codex CLI's
+``{"output": "...", "metadata": {"exit_code": 1}}``, many MCP tools) holds its text in
+string values, every line after a ``\\n`` escape: read as written it is one line, whose
+error words are glued to an ``n`` (``nerror[E0308]``). Its *view* is that text decoded,
+and the line-based signals (:mod:`ctxwarden.signals`: error lines, lines shown) and
+the passes' line counts and kept lines read it instead of the JSON.
+
+The parse is memoized by content, and a cheap shape test comes first, so a plain
+output costs two character tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ctxwarden.memo import text_memo
+
+__all__ = ["json_exit_status", "json_view", "lines_label"]
+
+_EXIT_KEYS = (
+    "exit_code",
+    "exitCode",
+    "exit_status",
+    "exitStatus",
+    "returncode",
+    "return_code",
+    "returnCode",
+)
+_STATUS_KEY = "status"
+"""Read as an exit status only below 100 (an HTTP status is 100 or more)."""
+
+
+def _may_be_json(text: str) -> bool:
+    """Whether ``text`` could be a JSON object or array (a cheap test before parsing)."""
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    if end - start < 2:
+        return False
+    return (text[start], text[end - 1]) in (("{", "}"), ("[", "]"))
+
+
+def json_view(text: str) -> str | None:
+    """The text a JSON-wrapped output holds, else ``None``.
+
+    An output that is a JSON object or array (outer whitespace ignored) one of whose
+    string values spans lines holds its text in those strings. Its view is every
+    string value, decoded, in document order, each starting a line (keys and other
+    values left out); a view that is such a JSON text again (an MCP result whose text
+    is a JSON document) is decoded in turn, so the view of a view is ``None``. A JSON
+    text whose strings hold no line break shows its lines as written: ``None``. Error
+    lines, line counts, mentions and kept lines of such an output are those of its
+    view."""
+    if not _may_be_json(text) or "\\n" not in text:
+        return None
+    return _json_wrapper(text)[0]
+
+
+def json_exit_status(text: str) -> int | None:
+    """The exit status a JSON output states under a key, else ``None``: an integer
+    (not a boolean) under ``exit_code``, ``exitCode``, ``exit_status``, ``exitStatus``,
+    ``returncode``, ``return_code`` or ``returnCode``, or under ``status`` when below
+    100 (an HTTP status is 100 or more), the shallowest first; a string value that is
+    a JSON document itself (an MCP result's text) is read when the outer one states
+    none. :func:`ctxwarden.signals.exit_status` reads this first."""
+    if not _may_be_json(text):
+        return None
+    return _json_wrapper(text)[1]
+
+
+def lines_label(text: str) -> str:
+    """How a note counts the lines of an output: ``"1,234 lines"``, or for a
+    JSON-wrapped one those of its view, ``"400 lines in JSON"`` (the JSON itself is
+    one line)."""
+    view = json_view(text)
+    lines = (text if view is None else view).count("\n") + 1
+    return f"{lines:,} lines" if view is None else f"{lines:,} lines in JSON"
+
+
+@text_memo()
+def _json_wrapper(text: str) -> tuple[str | None, int | None]:
+    """:func:`json_view` and :func:`json_exit_status` of a text that may be JSON. A
+    string value that is a JSON document itself (an MCP result's text) stands for its
+    view and, when the outer document states none, its exit status."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:  # not JSON, or nested past orjson's depth
+        return None, None
+    if not isinstance(value, dict | list):
+        return None, None
+    strings: list[str] = []
+    status = _walk(value, strings)
+    for i, string in enumerate(strings):
+        if _may_be_json(string):  # each level doubles the escapes: few levels fit
+            inner, inner_status = _json_wrapper(string)
+            strings[i] = string if inner is None else inner
+            status = inner_status if status is None else status
+    if not any("\n" in string for string in strings):
+        return None, status
+    view = "\n".join(strings)
+    inner = json_view(view)  # the strings joined may be JSON again: the view is final
+    return view if inner is None else inner, status
+
+
+def _walk(value: dict[str, Any] | list[Any], strings: list[str]) -> int | None:
+    """Appends the string values of ``value`` to ``strings`` in document order and
+    returns the exit status its shallowest exit key states (:data:`_EXIT_KEYS`, or
+    :data:`_STATUS_KEY` below 100), else ``None``."""
+    status: tuple[int, int] | None = None  # (depth, status)
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            strings.append(node)
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in reversed(node))
+        elif isinstance(node, dict):
+            if status is None or depth < status[0]:
+                found = _exit_in(node)
+                if found is not None:
+                    status = (depth, found)
+            stack.extend((v, depth + 1) for v in reversed(node.values()))
+    return None if status is None else status[1]
+
+
+def _exit_in(node: dict[str, Any]) -> int | None:
+    for key in _EXIT_KEYS:
+        value = node.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    value = node.get(_STATUS_KEY)
+    if isinstance(value, int) and not isinstance(value, bool) and value < 100:
+        return value
+    return None
