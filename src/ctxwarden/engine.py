@@ -52,10 +52,11 @@ from ctxwarden.io import guess_api
 from ctxwarden.model.classify import classify, signed_reasoning_end
 from ctxwarden.model.conversation import Conversation
 from ctxwarden.model.hashing import element_hashes, wire_size
-from ctxwarden.model.parts import ToolCallPart
+from ctxwarden.model.parts import TextPart, ToolCallPart
 from ctxwarden.model.session import derive_session_key
 from ctxwarden.pipeline.condenser import CondenseOutcome, Condenser
 from ctxwarden.pipeline.presets import resolve_pipeline, unmatched_tool_policies
+from ctxwarden.pipeline.segments import text_result_match
 from ctxwarden.pipeline.state import SessionState
 from ctxwarden.pipeline.thinking import drop_thinking, droppable_from, opens_user_turn
 from ctxwarden.pipeline.validate import validate_rewrite
@@ -391,7 +392,8 @@ class Engine:
             return CondenseResult(dict(request), report)
         if self._tool_policies.tools:
             report["tool_policies_unmatched"] = unmatched_tool_policies(
-                self._tool_policies, _called_tools(conversation)
+                self._tool_policies,
+                _called_tools(conversation, self._tool_policies.text_tool_results),
             )
         bound = (  # past every message: nothing new anywhere
             _ThinkingBound.nothing_new(conversation)
@@ -636,12 +638,17 @@ def _check_store_config(config: EngineConfig) -> None:
         raise ConfigError(f"the {store.backend} store needs a url", "store.url")
 
 
-def _called_tools(conversation: Conversation) -> Iterator[str]:
-    """The names of the tools ``conversation``'s calls name."""
+def _called_tools(conversation: Conversation, text_results: tuple[str, ...]) -> Iterator[str]:
+    """The names of the tools ``conversation``'s calls name, and those its user texts
+    name as results (``text_results``: :func:`~.pipeline.segments.text_result_match`)."""
     for message in conversation.messages:
         for part in message.parts:
             if isinstance(part, ToolCallPart):
                 yield part.name
+            elif text_results and message.role == "user" and isinstance(part, TextPart):
+                matched = text_result_match(part.text, text_results)
+                if matched is not None:
+                    yield matched[0]
 
 
 def _zero_counters() -> dict[str, Any]:

@@ -30,8 +30,10 @@ _EXIT_KEYS = (
     "return_code",
     "returnCode",
 )
-_STATUS_KEY = "status"
-"""Read as an exit status only below 100 (an HTTP status is 100 or more)."""
+_EXIT_DEPTH = 2
+"""How deep under the root, through objects only, an exit key is read (the root's,
+its ``metadata``'s, a ``result``'s ``metadata``): deeper, or inside an array, it is
+one item's status (a CI job of a list), not the output's."""
 
 
 def _may_be_json(text: str) -> bool:
@@ -60,15 +62,19 @@ def json_view(text: str) -> str | None:
 
 
 def json_exit_status(text: str) -> int | None:
-    """The exit status a JSON output states under a key, else ``None``: an integer
-    (not a boolean) under ``exit_code``, ``exitCode``, ``exit_status``, ``exitStatus``,
-    ``returncode``, ``return_code`` or ``returnCode``, or under ``status`` when below
-    100 (an HTTP status is 100 or more), the shallowest first; a string value that is
-    a JSON document itself (an MCP result's text) is read when the outer one states
-    none. :func:`ctxwarden.signals.exit_status` reads this first."""
-    if not _may_be_json(text):
+    """The exit status a JSON-wrapped output (one :func:`json_view` reads) states under
+    a key, else ``None``: an integer (not a boolean) under ``exit_code``, ``exitCode``,
+    ``exit_status``, ``exitStatus``, ``returncode``, ``return_code`` or ``returnCode``
+    of an object at most :data:`_EXIT_DEPTH` objects deep (never inside an array), the
+    shallowest first; a string value that is a JSON document itself (an MCP result's
+    text) is read when the outer one states none. Any other JSON document states none
+    (a REST answer's ``status``, a list of jobs each with its own code): a placeholder
+    claims no exit status it cannot stand by. :func:`ctxwarden.signals.exit_status`
+    reads this first."""
+    if not _may_be_json(text) or "\\n" not in text:
         return None
-    return _json_wrapper(text)[1]
+    view, status = _json_wrapper(text)
+    return status if view is not None else None
 
 
 def lines_label(text: str) -> str:
@@ -107,22 +113,24 @@ def _json_wrapper(text: str) -> tuple[str | None, int | None]:
 
 def _walk(value: dict[str, Any] | list[Any], strings: list[str]) -> int | None:
     """Appends the string values of ``value`` to ``strings`` in document order and
-    returns the exit status its shallowest exit key states (:data:`_EXIT_KEYS`, or
-    :data:`_STATUS_KEY` below 100), else ``None``."""
+    returns the exit status its shallowest exit key states (:data:`_EXIT_KEYS`, in an
+    object reached from the root through objects only, at most :data:`_EXIT_DEPTH`
+    deep), else ``None``."""
     status: tuple[int, int] | None = None  # (depth, status)
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[tuple[Any, int]] = [(value, 0)]  # depth -1: inside an array
     while stack:
         node, depth = stack.pop()
         if isinstance(node, str):
             strings.append(node)
         elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in reversed(node))
+            stack.extend((v, -1) for v in reversed(node))
         elif isinstance(node, dict):
-            if status is None or depth < status[0]:
+            if 0 <= depth <= _EXIT_DEPTH and (status is None or depth < status[0]):
                 found = _exit_in(node)
                 if found is not None:
                     status = (depth, found)
-            stack.extend((v, depth + 1) for v in reversed(node.values()))
+            below = depth + 1 if depth >= 0 else -1
+            stack.extend((v, below) for v in reversed(node.values()))
     return None if status is None else status[1]
 
 
@@ -131,7 +139,4 @@ def _exit_in(node: dict[str, Any]) -> int | None:
         value = node.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    value = node.get(_STATUS_KEY)
-    if isinstance(value, int) and not isinstance(value, bool) and value < 100:
-        return value
     return None

@@ -88,10 +88,17 @@ def test_exit_status_keys_of_json_outputs() -> None:
     body = "line one\nline two"
     assert exit_status(json.dumps({"stdout": body, "returncode": 2})) == 2
     assert exit_status(json.dumps({"result": {"exitCode": 7, "output": body}})) == 7
-    assert exit_status(json.dumps([{"status": 1, "output": body}])) == 1
+    assert exit_status(json.dumps({"output": body, "metadata": {"exit_code": 101}})) == 101
     # the shallowest key wins: a child's status is not the command's
     nested = {"exit_code": 0, "children": [{"exit_code": 9}], "output": body}
     assert exit_status(json.dumps(nested)) == 0
+    # helper-133: a document that is no wrapped command states none (a list of jobs each
+    # with its own code, a REST answer's status, a code too deep or without text)
+    jobs = [{"name": "build", "exit_code": 0, "log": body}, {"name": "test", "exit_code": 1}]
+    assert exit_status(json.dumps(jobs)) is None
+    assert exit_status(json.dumps({"status": 1, "msg": "success", "body": body})) is None
+    assert exit_status(json.dumps({"a": {"b": {"c": {"exit_code": 3}}}, "out": body})) is None
+    assert exit_status(json.dumps({"output": "ok", "exit_code": 3})) is None
     # an HTTP status, a boolean, a string: no exit status
     assert exit_status(json.dumps({"status": 200, "body": body})) is None
     assert exit_status(json.dumps({"exit_code": True, "output": body})) is None

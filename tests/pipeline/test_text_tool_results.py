@@ -65,6 +65,28 @@ def test_an_old_result_sent_as_user_text_is_condensed_and_recallable() -> None:
     assert sent["messages"][-1] == wire["messages"][-1]  # the newest message
 
 
+def test_the_newest_result_is_kept_and_environment_blocks_stay_as_sent() -> None:
+    """helper-133: each environment block counted as a result of its own, so it was
+    the newest output kept whole while the command output the agent acts on was
+    masked; and an older block (a terminal's new output) was superseded by a newer."""
+    wire = _cline()
+    newest = lines_of("listing", 90)
+    wire["messages"][7]["content"][1]["text"] = newest
+    with make_engine(pipeline=FORCE) as engine:
+        sent = engine.condense(wire, api="openai.chat").request
+    assert _blocks(sent, 7)[1] == newest
+    for at in (3, 5, 7):
+        assert _blocks(sent, at)[2] == _environment(at // 2)
+
+
+def test_a_policy_for_a_text_result_tool_is_matched() -> None:
+    policies = {"tools": {"read_file": {"exclude": True}, "browser_action": {"exclude": True}}}
+    with make_engine(pipeline={**FORCE, **policies}) as engine:
+        result = engine.condense(_cline(), api="openai.chat")
+    assert result.report["tool_policies_unmatched"] == ["browser_action"]
+    assert _blocks(result.request, 3)[1] == FILE  # excluded by name
+
+
 def test_a_result_in_one_string_and_in_anthropic_blocks_is_condensed() -> None:
     string = {"role": "user", "content": f"[read_file for 'src/core.py'] Result:\n{FILE}"}
     chat = {"model": "gpt-4.1", "messages": [
@@ -95,7 +117,11 @@ def test_without_patterns_user_texts_stay_as_sent() -> None:
 
 @pytest.mark.parametrize(
     ("patterns", "said"),
-    [(["[unclosed"], "not a regular expression"), (["Result:"], "no group named 'tool'")],
+    [
+        (["[unclosed"], "not a regular expression"),
+        (["Result:"], "no group named 'tool'"),
+        (["(?P<tool>x)?"], "matches an empty text"),
+    ],
 )
 def test_a_bad_pattern_is_refused_naming_the_key(patterns: list[str], said: str) -> None:
     with pytest.raises(ConfigError) as caught:

@@ -170,12 +170,16 @@ class ToolPolicy(ConfigModel):
 
 TEXT_TOOL_RESULTS: tuple[str, ...] = (
     r"\[(?P<tool>[A-Za-z_][\w.-]*)(?: for (?P<command>[^\n]*?))?\] Result:",
-    r"<(?P<command>(?P<tool>environment_details))>",
 )
 """The default :attr:`PipelineConfig.text_tool_results`: Cline's and Roo Code's result
-header (``[execute_command for 'npm test'] Result:``) and the environment details
-block they append to each result (the editor's state, stale once a newer one is
-sent)."""
+header (``[execute_command for 'npm test'] Result:``). The environment details block
+they append to each result is left as the user's text: it counts as no tool output
+(the newest result stays the one kept whole) and a newer one does not stand for an
+older one (it may carry a terminal's new output)."""
+
+TEXT_MATCH_CHARS = 1000
+"""The characters at a text's start a ``text_tool_results`` pattern is matched
+against (a header is at the start: a text's length never slows the match)."""
 
 
 class PipelineConfig(ConfigModel):
@@ -237,8 +241,9 @@ class PipelineConfig(ConfigModel):
         "agents that send results as user text instead of tool messages (Cline's and Roo "
         "Code's classic protocol). The group 'tool' names the tool, an optional group "
         "'command' what it ran (for supersession). A match whose text is that match alone "
-        "(a header block) makes the blocks after it in the message the result, up to the "
-        "next match. Such a result is condensed as a tool output is.",
+        "(a header block) makes the next text block of the message the result. Such a "
+        "result is condensed as a tool output is. Patterns are matched against a text's "
+        "first 1,000 characters and may not match an empty text.",
     )
 
     @field_validator("text_tool_results")
@@ -251,6 +256,10 @@ class PipelineConfig(ConfigModel):
                 raise ValueError(f"pattern {i} is not a regular expression: {exc}") from None
             if "tool" not in compiled.groupindex:
                 raise ValueError(f"pattern {i} has no group named 'tool': (?P<tool>...)")
+            if compiled.match("") is not None:
+                raise ValueError(
+                    f"pattern {i} matches an empty text: every user text would be a result"
+                )
         return patterns
 
     @field_validator("order")

@@ -22,11 +22,17 @@ from ctxwarden.model.classify import protected_message_indexes
 from ctxwarden.model.conversation import Conversation, Message
 from ctxwarden.model.parts import Part, Path, TextPart, ToolCallPart, ToolResultPart
 from ctxwarden.passes.base import Segment, SegmentKind
-from ctxwarden.pipeline.presets import PipelineConfig, ToolPolicy
+from ctxwarden.pipeline.presets import TEXT_MATCH_CHARS, PipelineConfig, ToolPolicy
 from ctxwarden.signals import distinctive_set, paths_in
 from ctxwarden.tokens.counter import TokenCounter
 
-__all__ = ["SegmentCache", "SegmentView", "never_condensed", "segment_view"]
+__all__ = [
+    "SegmentCache",
+    "SegmentView",
+    "never_condensed",
+    "segment_view",
+    "text_result_match",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,28 +273,29 @@ def _user_text_result(
     part: TextPart, patterns: tuple[str, ...], pending: _TextResult | None
 ) -> tuple[_TextResult | None, _TextResult | None]:
     """The result a user message's text block is (``None``: a text of the user's), and
-    the result the blocks after it continue.
+    the result the next block is.
 
     A block that a pattern of :attr:`PipelineConfig.text_tool_results` matches is a
     result of the tool it names, unless it is the match alone (a header, as Cline sends
     ``[read_file for 'a.py'] Result:`` in a block of its own): the header stays the
-    user's text and the blocks after it are that result, up to the next match. Each
-    result gets a call id of its own (``text:`` and the first block's JSON pointer), so
-    the blocks of one result are condensed together and two results never are."""
-    matched = _text_match(part.text, patterns)
+    user's text and the next text block is that result. Each result gets a call id of
+    its own (``text:`` and its header's or its own JSON pointer)."""
+    matched = text_result_match(part.text, patterns)
     if matched is None:
-        return pending, pending
+        return pending, None
     tool, command, alone = matched
     result = (tool, command, f"text:{json_pointer(part.path)}")
     return (None, result) if alone else (result, None)
 
 
-def _text_match(text: str, patterns: tuple[str, ...]) -> tuple[str, str, bool] | None:
+def text_result_match(text: str, patterns: tuple[str, ...]) -> tuple[str, str, bool] | None:
     """The tool and command the first of ``patterns`` matching at the start of ``text``
-    names (a command in single quotes without them), and whether the match is all the
-    text holds; ``None`` when none matches."""
+    (its first :data:`~ctxwarden.pipeline.presets.TEXT_MATCH_CHARS` characters) names
+    (a command in single quotes without them), and whether the match is all the text
+    holds; ``None`` when none matches."""
+    head = text[:TEXT_MATCH_CHARS]
     for pattern in _compiled(patterns):
-        match = pattern.match(text)
+        match = pattern.match(head)
         if match is None:
             continue
         command = match.groupdict().get("command") or ""
