@@ -120,15 +120,19 @@ class StoreConfig(ConfigModel):
         allow_inf_nan=False,
         description="Redis and PostgreSQL: seconds to wait for the server (to connect, "
         "for one command or statement) before the call fails and the request goes on "
-        "without the store; raise it for very large artifacts on a slow link.",
+        "without the store; raise it for very large artifacts on a slow link. SQLite: "
+        "seconds a write waits for another connection's lock on the file (the busy "
+        "timeout; writers sharing it hold the lock for well under a second).",
     )
     breaker_seconds: StrictFloat = Field(
         10.0,
         ge=0,
         allow_inf_nan=False,
-        description="Redis and PostgreSQL: after a call the server did not answer, calls "
-        "fail at once for this many seconds (requests go on without the store instead of "
-        "each waiting timeout_seconds), then one is tried again; 0: every call is tried.",
+        description="Redis, PostgreSQL and SQLite: after a call the server did not answer "
+        "(SQLite: a call that found the file locked past timeout_seconds, or a disk I/O "
+        "error), calls fail at once for this many seconds (requests go on without the "
+        "store instead of each waiting timeout_seconds), then one is tried again; 0: "
+        "every call is tried.",
     )
     gc_interval_seconds: StrictFloat = Field(
         3600,

@@ -18,6 +18,7 @@ EXPECTED = {
         "open_store",
         "sqlite_path",
     },
+    "ctxwarden.store.sqlite": {"DEFAULT_TIMEOUT", "MIGRATIONS", "SqliteStore"},
     "ctxwarden.store.redis_store": {"DEFAULT_TIMEOUT", "RedisStore"},
     "ctxwarden.store.postgres_store": {
         "DEFAULT_TIMEOUT",

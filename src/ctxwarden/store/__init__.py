@@ -46,13 +46,21 @@ def open_store(config: StoreConfig, data_dir: str | None = None) -> Store:
 
     Redis and PostgreSQL need ``config.url`` and their client libraries (the ``fleet``
     extra); a missing one is a :class:`ConfigError`. An unreachable server is a
-    :class:`~ctxwarden.errors.StoreError` raised here, not at first use.
+    :class:`~ctxwarden.errors.StoreError` raised here, not at first use. SQLite, Redis
+    and PostgreSQL get ``store.timeout_seconds`` (SQLite: its busy timeout) and
+    ``store.breaker_seconds``.
     """
     if config.backend == "memory":
         return MemoryStore(ttl_seconds=config.ttl_seconds, max_bytes=config.max_bytes)
     if config.backend == "sqlite":
         path = sqlite_path(config, data_dir)
-        return SqliteStore(path, ttl_seconds=config.ttl_seconds, max_bytes=config.max_bytes)
+        return SqliteStore(
+            path,
+            ttl_seconds=config.ttl_seconds,
+            max_bytes=config.max_bytes,
+            timeout=config.timeout_seconds,
+            breaker_seconds=config.breaker_seconds,
+        )
     if not config.url:
         raise ConfigError(f"the {config.backend} store needs a url", "store.url")
     try:

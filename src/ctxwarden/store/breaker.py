@@ -1,13 +1,15 @@
-"""Fail fast while a store's server is down.
+"""Fail fast while a store's server is down (or its SQLite file is locked).
 
 A server that stops answering (down, unreachable, its packets dropped) makes every call
 wait the store's timeout before it fails: the engine would spend that on each request
-(the proxy then sends requests uncondensed, but its engine thread stays busy). After a
-call fails for want of the server, the :class:`Breaker` fails every call at once for
-``cooldown`` seconds; the first call after that is tried again, and a failure opens the
-breaker for another ``cooldown``. A call that fails on a live server (a missing or
-damaged artifact, a query error) does not open it. ``cooldown`` 0: every call is tried
-(a store made directly; :func:`~ctxwarden.store.open_store` gives the configured
+(the proxy then sends requests uncondensed, but its engine thread stays busy), and on
+each of the several store calls of one condense. So does a SQLite file whose write lock
+another process holds (each write waits the busy timeout). After a call fails that way,
+the :class:`Breaker` fails every call at once for ``cooldown`` seconds; the first call
+after that is tried again, and a failure opens the breaker for another ``cooldown``. A
+call that fails on a live server or a usable file (a missing or damaged artifact, a
+query or constraint error) does not open it. ``cooldown`` 0: every call is tried (a
+store made directly; :func:`~ctxwarden.store.open_store` gives the configured
 ``store.breaker_seconds``, 10 s by default).
 """
 
@@ -32,10 +34,14 @@ class Breaker:
         cooldown: float,
         is_outage: Callable[[BaseException], bool],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        outage: str = "the server did not answer a call",
     ) -> None:
         """``is_outage(cause)``: whether a driver error (the translated
-        :class:`StoreError`'s cause) means the server did not answer."""
+        :class:`StoreError`'s cause) means the server did not answer (or the file could
+        not be used); ``outage`` says so in the error of a call failed at once."""
         self.backend = backend
+        self.outage = outage
         self.cooldown = cooldown
         self._is_outage = is_outage
         self._clock = clock
@@ -51,8 +57,8 @@ class Breaker:
             until = self._open_until
         if until and self._clock() < until:
             raise StoreError(
-                f"{self.backend} store failed to {action}: the server did not answer "
-                f"a call in the last {self.cooldown:g} s (not tried again yet)"
+                f"{self.backend} store failed to {action}: {self.outage} in the last "
+                f"{self.cooldown:g} s (not tried again yet)"
             )
         try:
             yield

@@ -6,11 +6,23 @@ sqlite3 errors are translated to :class:`~ctxwarden.errors.StoreError` where the
 Lookups by reference (``missing`` on every request, ``has``) read the covering index
 ``artifacts_lookup`` and never the bodies: ``artifacts`` is a WITHOUT ROWID table, so a
 search of its primary key reads every overflowing body it compares against.
+
+Bounded waits: a statement that needs the write lock while another connection (another
+process, an operator's ``sqlite3`` shell in a transaction) holds it waits at most
+``timeout`` seconds (SQLite's busy timeout; default :data:`DEFAULT_TIMEOUT`, the
+``store.timeout_seconds`` of a configured store), then fails as "database is locked".
+Writers sharing the file hold the lock for milliseconds (a ``gc`` batch for about 0.2 s
+per 1,000 artifacts of 30 KB), so the wait is only spent on a lock held for good. That
+failure and a disk I/O error open the store's :class:`~ctxwarden.store.breaker.Breaker`:
+every call then fails at once for ``breaker_seconds`` (a condense's later writes too,
+instead of each waiting again), then one is tried again. A constraint error, a damaged
+row or a removed file does not open it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sqlite3
 import threading
@@ -31,8 +43,12 @@ from ctxwarden.store.base import (
     touch_interval,
     verified_text,
 )
+from ctxwarden.store.breaker import Breaker
 
-__all__ = ["MIGRATIONS", "SqliteStore"]
+__all__ = ["DEFAULT_TIMEOUT", "MIGRATIONS", "SqliteStore"]
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds a statement waits for another connection's write lock (the busy timeout)."""
 
 _MAX_PARAMS = 500
 """References per statement (SQLite limits bound parameters)."""
@@ -95,6 +111,21 @@ def _translated(action: str) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise StoreError(f"sqlite store failed to {action}: {exc}") from exc
+
+
+_OUTAGE_CODES = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR")
+"""Error codes (and their extended codes) of a file that cannot be used now: its lock
+held past the busy timeout, or its disk failing."""
+
+
+def _is_outage(cause: BaseException) -> bool:
+    """Whether a sqlite3 error means the file cannot be used now (see
+    :data:`_OUTAGE_CODES`). ``SQLITE_BUSY_SNAPSHOT`` is not one: it fails at once,
+    without waiting, and the next write succeeds."""
+    if not isinstance(cause, sqlite3.OperationalError):
+        return False
+    name = getattr(cause, "sqlite_errorname", "")
+    return name != "SQLITE_BUSY_SNAPSHOT" and name.startswith(_OUTAGE_CODES)
 
 
 _OS_ERRORS: dict[str, type[OSError]] = {}
@@ -168,12 +199,24 @@ class SqliteStore:
     """Artifacts and session state in one SQLite database (see :mod:`store.base`).
     A folder or database file it creates is its owner's alone (``0700`` / ``0600``).
     An existing database that is not a ctxwarden store (tables, but no ``migrations``)
-    is a :class:`StoreError` naming it, and is not changed."""
+    is a :class:`StoreError` naming it, and is not changed. ``timeout``: seconds a
+    statement waits for another connection's write lock; ``breaker_seconds``: how long
+    calls fail at once after one found the file locked or failing (0: every call is
+    tried; see the module docstring)."""
 
     def __init__(
-        self, path: str | Path, *, ttl_seconds: float = 30 * 86400, max_bytes: int = 2 << 30
+        self,
+        path: str | Path,
+        *,
+        ttl_seconds: float = 30 * 86400,
+        max_bytes: int = 2 << 30,
+        timeout: float = DEFAULT_TIMEOUT,
+        breaker_seconds: float = 0.0,
     ) -> None:
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise StoreError(f"sqlite store needs a positive, finite timeout, got {timeout!r}")
         self.path = Path(os.path.abspath(path))  # the file opened, whatever the cwd later
+        self.timeout = timeout
         self.read_only = False
         """The file cannot be written (opened to read: lookups and recalls work, every
         write fails)."""
@@ -182,6 +225,12 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._puts = 0  # artifacts written through this store (gc's running total)
         self._held = 0.0  # seconds the last gc batch held the store
+        self._breaker = Breaker(
+            "sqlite",
+            breaker_seconds,
+            _is_outage,
+            outage="a call found the database locked by another connection or failing",
+        )
         with _translated("open"):
             try:
                 self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -209,10 +258,9 @@ class SqliteStore:
         except OSError:  # the file opened but cannot be looked at: writes go unchecked
             self._file_id = None
 
-    @staticmethod
-    def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
+    def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
         db = sqlite3.connect(
-            target, check_same_thread=False, isolation_level=None, timeout=10, uri=uri
+            target, check_same_thread=False, isolation_level=None, timeout=self.timeout, uri=uri
         )
         db.text_factory = _text
         return db
@@ -285,6 +333,13 @@ class SqliteStore:
                 db.execute("ROLLBACK")
                 raise
 
+    @contextmanager
+    def _calling(self, action: str) -> Iterator[None]:
+        """One call (the caller holds the lock): through the breaker, its errors
+        translated to a :class:`StoreError` naming ``action``."""
+        with self._breaker.guard(action), _translated(action):
+            yield
+
     def _check_file(self, action: str) -> None:
         """A :class:`StoreError` when the database file was removed or replaced since
         it was opened (a data directory deleted under a running engine): writes to the
@@ -312,7 +367,7 @@ class SqliteStore:
         ref = make_ref(digest)
         now = time.time()
         key = storage_name(tenant)
-        with self._lock, _translated("store an artifact"):
+        with self._lock, self._calling("store an artifact"):
             self._check_file("store an artifact")
             self._puts += 1
             row = (key, ref, digest, body, len(body), now, now)
@@ -350,7 +405,7 @@ class SqliteStore:
     def get(self, tenant: str, ref: str) -> str:
         now = time.time()
         key = storage_name(tenant)
-        with self._lock, _translated("read an artifact"):
+        with self._lock, self._calling("read an artifact"):
             row = self._db.execute(
                 "SELECT digest, body FROM artifacts WHERE tenant=? AND ref=? AND last_used>=?",
                 (key, ref, now - self.ttl),
@@ -373,7 +428,7 @@ class SqliteStore:
                 raise
 
     def has(self, tenant: str, ref: str) -> bool:
-        with self._lock, _translated("look up an artifact"):
+        with self._lock, self._calling("look up an artifact"):
             row = self._db.execute(
                 f"SELECT 1 FROM artifacts {self._lookup} WHERE tenant=? AND ref=? AND last_used>=?",
                 (storage_name(tenant), ref, time.time() - self.ttl),
@@ -386,7 +441,7 @@ class SqliteStore:
         key = storage_name(tenant)
         found: set[str] = set()
         stale: list[str] = []
-        with self._lock, _translated("look up artifacts"):
+        with self._lock, self._calling("look up artifacts"):
             for part in chunked(set(refs), _MAX_PARAMS):
                 marks = ",".join("?" * len(part))
                 for ref, last_used in self._db.execute(
@@ -406,7 +461,7 @@ class SqliteStore:
         return frozenset(refs) - found
 
     def get_state(self, tenant: str, session: str) -> bytes | None:
-        with self._lock, _translated("read session state"):
+        with self._lock, self._calling("read session state"):
             row = self._db.execute(
                 "SELECT state FROM sessions WHERE tenant=? AND session=? AND updated>=?",
                 (storage_name(tenant), storage_name(session), time.time() - self.ttl),
@@ -414,7 +469,7 @@ class SqliteStore:
         return state_bytes(row[0]) if row else None
 
     def put_state(self, tenant: str, session: str, state: bytes) -> None:
-        with self._lock, _translated("write session state"):
+        with self._lock, self._calling("write session state"):
             self._check_file("write session state")
             self._db.execute(
                 "INSERT INTO sessions VALUES (?,?,?,?) ON CONFLICT (tenant, session) "
@@ -423,7 +478,7 @@ class SqliteStore:
             )
 
     def stats(self) -> dict[str, int]:
-        with self._lock, _translated("read stats"):
+        with self._lock, self._calling("read stats"):
             artifacts, size = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM artifacts"
             ).fetchone()
@@ -535,7 +590,7 @@ class SqliteStore:
     def _batch(self) -> Iterator[sqlite3.Connection]:
         """One write transaction of ``gc`` (the caller holds the lock)."""
         db = self._db
-        with _translated("collect garbage"):
+        with self._calling("collect garbage"):
             started = time.monotonic()
             db.execute("BEGIN IMMEDIATE")
             try:
