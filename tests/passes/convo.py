@@ -28,8 +28,10 @@ __all__ = [
     "call_with",
     "context",
     "dumps",
+    "finds",
     "lines_of",
     "make_engine",
+    "output_segment",
     "refs_in",
     "request",
     "result",
@@ -107,6 +109,30 @@ def request(*turns: dict[str, Any], tail: str = "please continue") -> dict[str, 
             {"role": "user", "content": tail},
         ],
     }
+
+
+def finds(turns: int) -> dict[str, Any]:
+    """A request of ``turns`` ``find`` calls, each listing 150 files of its own."""
+    steps = []
+    for i in range(turns):
+        lines = "\n".join(f"src/pkg_{i}/module_{j}.py" for j in range(150))
+        steps += [call(f"c{i}", f"find src/pkg_{i}"), result(f"c{i}", lines)]
+    return request(*steps)
+
+
+def output_segment(tool_name: str, command: str) -> Segment:
+    """An empty tool-output segment of ``tool_name`` running ``command`` (what action
+    keys and labels are made from)."""
+    return Segment(
+        path=("messages", 3, "content"),
+        message_index=3,
+        position=0,
+        kind="tool_output",
+        text="",
+        tokens=0,
+        tool_name=tool_name,
+        command=command,
+    )
 
 
 def make_engine(

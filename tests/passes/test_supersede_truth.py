@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxwarden.commands import command_of
-from ctxwarden.passes.base import Segment
 from ctxwarden.passes.config import SupersedeConfig
 from ctxwarden.passes.supersede import SupersedePass, action_key
 from ctxwarden.signals import exit_status
@@ -23,6 +22,7 @@ from tests.passes.convo import (
     context,
     lines_of,
     make_engine,
+    output_segment,
     request,
     result,
     segment_at,
@@ -101,17 +101,7 @@ _SPACE = st.sampled_from([" ", "  ", "\n", "\t", "\n    "])
 
 def _key(command: str) -> str:
     """The action key of a bash call running ``command``."""
-    segment = Segment(
-        path=("messages", 3, "content"),
-        message_index=3,
-        position=0,
-        kind="tool_output",
-        text="",
-        tokens=0,
-        tool_name="bash",
-        command=command_of(json.dumps({"command": command})),
-    )
-    return action_key(segment, True)
+    return action_key(output_segment("bash", command_of(json.dumps({"command": command}))), True)
 
 
 @given(st.lists(st.tuples(_WORD, _SPACE), min_size=2, max_size=6), st.lists(_SPACE, max_size=3))

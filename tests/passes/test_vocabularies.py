@@ -30,7 +30,16 @@ from ctxwarden.passes.supersede import SupersedePass
 from ctxwarden.passes.suppress import SuppressPass
 from ctxwarden.pipeline.condenser import Condenser
 from ctxwarden.signals import LinesShown, error_lines, exit_status
-from tests.passes.convo import FORCE, call, call_with, context, make_engine, request, result
+from tests.passes.convo import (
+    FORCE,
+    call,
+    call_with,
+    context,
+    make_engine,
+    output_segment,
+    request,
+    result,
+)
 
 # -- 1. JSON-wrapped outputs ------------------------------------------------------------
 
@@ -392,17 +401,7 @@ def test_a_move_inside_an_argv_script_is_a_move() -> None:
 
 
 def _label(tool: str, arguments: dict[str, Any]) -> str:
-    segment = Segment(
-        path=("messages", 3, "content"),
-        message_index=3,
-        position=0,
-        kind="tool_output",
-        text="",
-        tokens=0,
-        tool_name=tool,
-        command=command_of(json.dumps(arguments)),
-    )
-    return describe(segment)
+    return describe(output_segment(tool, command_of(json.dumps(arguments))))
 
 
 def test_a_label_leads_with_the_file_or_url_and_puts_prose_last() -> None:

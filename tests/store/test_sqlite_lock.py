@@ -20,7 +20,7 @@ from ctxwarden import Engine, EngineConfig
 from ctxwarden.config import StoreConfig
 from ctxwarden.errors import ArtifactCorrupted, StoreError
 from ctxwarden.store import SqliteStore, Store, open_store
-from tests.passes.convo import FORCE, call, request, result
+from tests.passes.convo import FORCE, finds
 
 TIMEOUT = 0.3
 BOUND = 2.5
@@ -54,30 +54,22 @@ def _failed_put(store: Store) -> float:
     return time.monotonic() - started
 
 
-def _wire(turns: int) -> dict[str, Any]:
-    steps = []
-    for i in range(turns):
-        lines = "\n".join(f"src/pkg_{i}/module_{j}.py" for j in range(150))
-        steps += [call(f"c{i}", f"find src/pkg_{i}"), result(f"c{i}", lines)]
-    return request(*steps)
-
-
 def test_a_condense_under_a_held_lock_waits_one_timeout_then_recovers(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite3"
     store = {"path": str(path), "timeout_seconds": TIMEOUT, "breaker_seconds": 1.0}
     engine = Engine(EngineConfig(store=store, pipeline=FORCE))
-    assert engine.condense(_wire(3), session="s").changed
+    assert engine.condense(finds(3), session="s").changed
     with write_locked(path):
         # three new outputs to store, then the session state: four writes
-        taken, locked = _timed(lambda: engine.condense(_wire(6), session="s"))
-        again, still = _timed(lambda: engine.condense(_wire(7), session="s"))
+        taken, locked = _timed(lambda: engine.condense(finds(6), session="s"))
+        again, still = _timed(lambda: engine.condense(finds(7), session="s"))
     assert taken < BOUND, f"a condense under a held lock took {taken:.1f} s"
     assert again < BOUND, f"a condense with the breaker open took {again:.1f} s"
-    for outcome, wire in ((locked, _wire(6)), (still, _wire(7))):
+    for outcome, wire in ((locked, finds(6)), (still, finds(7))):
         assert outcome.request == wire and not outcome.changed  # sent as it came
         assert outcome.report["fallback_reason"].startswith("StoreError: sqlite store failed")
     time.sleep(1.2)  # the lock is gone and breaker_seconds passed
-    after = engine.condense(_wire(8), session="s")
+    after = engine.condense(finds(8), session="s")
     assert after.changed and after.report["fallback_reason"] is None
     assert not after.report["segment_failures"]
     engine.close()

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ctxwarden import Engine, EngineConfig, StoreError
 from ctxwarden.store import SqliteStore
-from tests.passes.convo import FORCE, call, request, result
+from tests.passes.convo import FORCE, finds
 
 
 def test_writes_to_a_removed_or_replaced_file_fail_by_name(tmp_path: Path) -> None:
@@ -36,22 +35,14 @@ def test_writes_to_a_removed_or_replaced_file_fail_by_name(tmp_path: Path) -> No
     replaced.close()
 
 
-def _wire(turns: int) -> dict[str, Any]:
-    steps = []
-    for i in range(turns):
-        lines = "\n".join(f"src/pkg_{i}/module_{j}.py" for j in range(150))
-        steps += [call(f"c{i}", f"find src/pkg_{i}"), result(f"c{i}", lines)]
-    return request(*steps)
-
-
 def test_an_engine_whose_data_dir_was_deleted_sends_originals(tmp_path: Path) -> None:
     data = tmp_path / "data"
     engine = Engine(EngineConfig(data_dir=str(data), pipeline=FORCE))
-    first = engine.condense(_wire(3), session="s")
+    first = engine.condense(finds(3), session="s")
     assert first.changed
     shutil.rmtree(data)
-    later = engine.condense(_wire(5), session="s")
-    assert later.request == _wire(5) and not later.changed
+    later = engine.condense(finds(5), session="s")
+    assert later.request == finds(5) and not later.changed
     assert later.report["fallback_reason"].startswith("StoreError: sqlite store failed to")
     engine.close()
 
