@@ -30,9 +30,6 @@ ANNOTATIONS: dict[str, str] = {
     "requires_approval": "flag",  # Cline
     "require_user_approval": "flag",  # Cursor
     "with_escalated_permissions": "flag",  # Codex
-    # when the run is stopped, not what it runs
-    "timeout": "number",  # Claude Code Bash (ms), OpenHands (s)
-    "timeout_ms": "number",  # Codex
 }
 """Arguments that annotate a call without changing what it reads or runs, by name and
 the kind of value they hold: :func:`action_of` leaves one out only when its value is of
@@ -41,10 +38,9 @@ follow a command or target (a tool whose arguments name none, an issue tracker's
 ``{"title", "description"}``, keeps them all: there the description is the content).
 Deliberately a small named set: a rule by shape (every prose value) would also drop a
 ``content``, a ``prompt`` or a search ``pattern``, which change what a call does;
-flags that do (``run_in_background``, ``is_background``) and output limits
-(``max_output_tokens``) stay too. A timeout changes when a run is stopped: a newer
-run that stopped sooner still supersedes only when it shows enough of the older
-output (:mod:`ctxwarden.passes.supersede`)."""
+flags that do (``run_in_background``, ``is_background``), output limits
+(``max_output_tokens``) and timeouts stay too: a run stopped sooner shows less (a
+re-run killed by a shorter timeout is not the complete run it would stand for)."""
 
 
 @text_memo()

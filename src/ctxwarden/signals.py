@@ -575,9 +575,9 @@ def exit_status(text: str) -> int | None:
     line, a first line that is only a status (``Exit code: N``, ``exit status N``),
     or OpenHands' closing ``[The command completed with exit code N.]`` /
     ``[Command finished with exit code N]`` among the bracketed lines that end it
-    (a working directory, an interpreter). A JSON output states it under an exit key
-    (:func:`~ctxwarden.json_wrapped.json_exit_status`: ``exit_code``, ``returncode``,
-    ``status`` below 100, ...), else as its view does
+    (a working directory, an interpreter). A JSON-wrapped output states it under an
+    exit key (:func:`~ctxwarden.json_wrapped.json_exit_status`: ``exit_code``,
+    ``returncode``, ... near its root, never in an array), else as its view does
     (:func:`~ctxwarden.json_wrapped.json_view`). A status mentioned anywhere else (a
     grep hit, a log line about a child process) is not the command's."""
     code = json_exit_status(text)

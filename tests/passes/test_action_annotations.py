@@ -54,11 +54,6 @@ _SAME_ACTION = {
         {"command": _PYTEST, "description": "Run the parser tests"},
         {"command": _PYTEST, "description": "Re-run the parser tests after the fix"},
     ),
-    "Claude Code Bash timeout": (
-        "Bash",
-        {"command": _PYTEST, "description": "Run tests"},
-        {"command": _PYTEST, "timeout": 600000, "description": "Run tests, longer timeout"},
-    ),
     "Cursor explanation and approval": (
         "run_terminal_cmd",
         {"command": _PYTEST, "is_background": False, "explanation": "Check the failure.",
@@ -71,10 +66,10 @@ _SAME_ACTION = {
         {"command": _PYTEST, "requires_approval": "false"},
         {"command": _PYTEST, "requires_approval": "true"},
     ),
-    "Codex timeout and escalation": (
+    "Codex escalation": (
         "shell",
         {"command": ["bash", "-lc", _PYTEST], "workdir": "/repo", "timeout_ms": 120000},
-        {"command": ["bash", "-lc", _PYTEST], "workdir": "/repo", "timeout_ms": 600000,
+        {"command": ["bash", "-lc", _PYTEST], "workdir": "/repo", "timeout_ms": 120000,
          "with_escalated_permissions": True, "justification": "Tests need the network."},
     ),
     "Cursor read_file explanation": (
@@ -151,6 +146,17 @@ _DIFFERENT_ACTION = {
         {"cmd": _PYTEST, "max_output_tokens": 1000},
         {"cmd": _PYTEST, "max_output_tokens": 20000},
     ),
+    # helper-137: a run stopped by a shorter timeout shows less than the complete run
+    "Claude Code Bash timeout": (
+        "Bash",
+        {"command": _PYTEST, "description": "Run tests"},
+        {"command": _PYTEST, "timeout": 600000, "description": "Run tests, longer timeout"},
+    ),
+    "Codex timeout": (
+        "shell",
+        {"command": ["bash", "-lc", _PYTEST], "workdir": "/repo", "timeout_ms": 600000},
+        {"command": ["bash", "-lc", _PYTEST], "workdir": "/repo", "timeout_ms": 10000},
+    ),
     "a timeout that is no number": (
         "Bash",
         {"command": _PYTEST, "timeout": "until the server answers"},
@@ -172,6 +178,22 @@ def test_arguments_that_change_what_a_call_does_still_count(
 ) -> None:
     assert action_of(json.dumps(first)) != action_of(json.dumps(second))
     assert _superseded(_twice(tool, first, second)) == {}
+
+
+def test_a_read_of_one_path_through_another_tool_is_another_read() -> None:
+    """helper-137: with Bash's description left out, `cat F` through Bash and through
+    an SSH tool taking only a command shared the key of a full read of F: the local
+    file's output was "superseded" by the other host's."""
+    conf = "/etc/nginx/nginx.conf"
+    wire = request(
+        call_with("c1", "Bash", {"command": f"cat {conf}", "description": "Local config"}),
+        result("c1", _out("1")),
+        call_with("c2", "ssh_exec", {"command": f"cat {conf}"}), result("c2", _out("2")),
+        call_with("c3", "Bash", {"command": f"cat {conf}", "description": "Again"}),
+        result("c3", _out("3")),
+        call("cz", "echo done"), result("cz", "done"),
+    )  # fmt: skip
+    assert _superseded(wire) == {3: 7}  # the local read by the local read, only
 
 
 def test_a_label_keeps_the_annotations() -> None:

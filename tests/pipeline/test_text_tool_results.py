@@ -155,3 +155,14 @@ def test_a_user_text_no_pattern_matches_is_never_changed(texts: list[list[str]])
     for k in range(len(texts)):
         at = 1 + 4 * k + 3
         assert sent["messages"][at] == wire["messages"][at]
+
+
+def test_a_header_naming_a_long_command_is_still_a_header() -> None:
+    """helper-137: patterns saw 1,000 characters, so a result whose header named a
+    one-line command of about a thousand characters stayed the user's text."""
+    command = "python -c '" + "x = 1; " * 300 + "'"
+    wire = _cline()
+    wire["messages"][3]["content"][0]["text"] = f"[execute_command for '{command}'] Result:"
+    with make_engine(pipeline=FORCE) as engine:
+        sent = engine.condense(wire, api="openai.chat").request
+    assert len(_blocks(sent, 3)[1]) < len(FILE) / 4

@@ -13,6 +13,7 @@ import pytest
 from ctxwarden import ConfigError, Engine, EngineConfig
 from ctxwarden.cli import main
 from ctxwarden.proxy import ProxySettings, RunningServer, build_app
+from ctxwarden.proxy.app import _check_secret
 from ctxwarden.proxy.state import STATE
 from ctxwarden.proxy.tenant import TenantKeys, read_secret_file
 from ctxwarden.store import SqliteStore
@@ -102,3 +103,36 @@ def test_recall_derives_the_tenant_with_the_fleets_secret(
     monkeypatch.setenv("CTXWARDEN_TENANT_SECRET_FILE", str(secret))
     assert main(with_key) == 0
     assert capsys.readouterr().out == "the original\n"
+
+
+def test_the_fingerprint_is_written_again_so_it_never_expires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """helper-137: kept as a session state, it expired after store.ttl_seconds, and the
+    next replica with a wrong secret found none to compare."""
+    config = EngineConfig(data_dir=str(tmp_path))
+    with Engine(config) as engine:
+        fingerprint = TenantKeys(bytes([3]) * 32).fingerprint()
+        _check_secret(engine, fingerprint)
+        written: list[bytes] = []
+        put_state = engine.store.put_state
+        monkeypatch.setattr(
+            engine.store, "put_state", lambda *a: (written.append(a[2]), put_state(*a))
+        )
+        _check_secret(engine, fingerprint)  # as each gc round does
+        assert written == [fingerprint.encode()]
+        _check_secret(engine, TenantKeys(bytes([4]) * 32).fingerprint())  # another: kept
+        assert written == [fingerprint.encode()]
+
+
+def test_recall_names_the_variable_that_gave_a_bad_secret_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "data"
+    SqliteStore(folder / "store.sqlite3").close()
+    monkeypatch.setenv("CLIENT_KEY", "sk-client")
+    monkeypatch.setenv("CTXWARDEN_TENANT_SECRET_FILE", str(tmp_path / "nope"))
+    argv = ["recall", "cw:000000000000", "--data-dir", str(folder), "--credential-env"]
+    assert main([*argv, "CLIENT_KEY"]) == 2
+    err = capsys.readouterr().err
+    assert "CTXWARDEN_TENANT_SECRET_FILE" in err and "--tenant-secret-file" not in err

@@ -91,6 +91,11 @@ def test_a_held_lock_fails_one_write_after_the_timeout_then_every_call_at_once(
             store.put_state("t", "s", b"state")
         with pytest.raises(StoreError, match="failed to collect garbage"):
             store.gc()
+        # helper-137: pure reads never wait for a writer (WAL) and skip the breaker, so
+        # the proxy's readiness probe (a state read) does not flap while a lock is held
+        taken, state = _timed(lambda: store.get_state("t", "none"))
+        assert state is None and taken < BOUND
+        assert store.has("t", ref) and store.stats()["artifacts"] == 1
     with pytest.raises(StoreError, match="not tried again yet"):
         store.get("t", ref)  # open for breaker_seconds, lock or not
     store._breaker._open_until = 0.0  # breaker_seconds passed

@@ -133,10 +133,17 @@ def _check_recall_args(ref: str, lines: str | None) -> None:
     parse_line_range(lines)
 
 
+_SECRET_VARIABLE = "CTXWARDEN_TENANT_SECRET_FILE"
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _proxy_tenant(variable: str, data_dir: str | None, secret_file: str | None = None) -> str:
+def _proxy_tenant(
+    variable: str,
+    data_dir: str | None,
+    secret_file: str | None = None,
+    secret_key: str = "--tenant-secret-file",
+) -> str:
     """The tenant the proxy files a client's originals under: the keyed hash of the API
     key in the environment ``variable`` with the tenant secret in ``secret_file``, else
     the data directory's ``proxy.secret`` (:class:`ConfigError` naming what is missing;
@@ -162,9 +169,7 @@ def _proxy_tenant(variable: str, data_dir: str | None, secret_file: str | None =
             f"the environment variable {variable} is unset or empty", "--credential-env"
         )
     if secret_file:
-        return TenantKeys(read_secret_file(secret_file, "--tenant-secret-file")).for_credential(
-            credential
-        )
+        return TenantKeys(read_secret_file(secret_file, secret_key)).for_credential(credential)
     folder = Path(data_dir) if data_dir else default_data_dir()
     if not (folder / "proxy.secret").is_file():
         raise ConfigError(
@@ -217,11 +222,13 @@ def _recall(args: argparse.Namespace) -> int:
         )
     with _opened(args) as (config, store):
         tenant = args.tenant or DEFAULT_TENANT
-        secret_file = args.tenant_secret_file or os.environ.get("CTXWARDEN_TENANT_SECRET_FILE")
+        secret_file = args.tenant_secret_file or os.environ.get(_SECRET_VARIABLE)
+        secret_key = "--tenant-secret-file" if args.tenant_secret_file else _SECRET_VARIABLE
         if args.credential_env:
             tenant = _proxy_tenant(
-                args.credential_env, args.data_dir or config.data_dir, secret_file or None
-            )
+                args.credential_env, args.data_dir or config.data_dir, secret_file or None,
+                secret_key,
+            )  # fmt: skip
         try:
             found = recall(store, args.ref, args.lines, tenant=tenant)
         except ArtifactMissing as exc:

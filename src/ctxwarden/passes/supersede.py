@@ -111,7 +111,8 @@ def _action_key(tool_name: str, command: str, file_reads: bool) -> str:
             path = m.group(1)
             while path.startswith("./"):  # ./a is a, but ../a, /a and .env are not
                 path = path[2:]
-            return "read:" + path
+            # a read through another tool is another read (a shell on another host)
+            return f"read:{path}\x00{tool_name}"
     return f"{tool_name}\x00{command}"
 
 

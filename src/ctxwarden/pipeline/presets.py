@@ -177,7 +177,7 @@ they append to each result is left as the user's text: it counts as no tool outp
 (the newest result stays the one kept whole) and a newer one does not stand for an
 older one (it may carry a terminal's new output)."""
 
-TEXT_MATCH_CHARS = 1000
+TEXT_MATCH_CHARS = 4096
 """The characters at a text's start a ``text_tool_results`` pattern is matched
 against (a header is at the start: a text's length never slows the match)."""
 
@@ -243,7 +243,7 @@ class PipelineConfig(ConfigModel):
         "'command' what it ran (for supersession). A match whose text is that match alone "
         "(a header block) makes the next text block of the message the result. Such a "
         "result is condensed as a tool output is. Patterns are matched against a text's "
-        "first 1,000 characters and may not match an empty text.",
+        "first 4,096 characters and may not match an empty text.",
     )
 
     @field_validator("text_tool_results")

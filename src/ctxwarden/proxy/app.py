@@ -156,6 +156,9 @@ async def _collect_garbage(state: ProxyState) -> None:
             _log.error("store gc failed: %s", type(exc).__name__)
         else:
             _log.info("store gc dropped %d entries", dropped)
+        # the secret's fingerprint is a state too: written again before its TTL ends
+        fingerprint = state.tenants.fingerprint()
+        await loop.run_in_executor(state.store_reads, _check_secret, state.engine, fingerprint)
 
 
 SECRET_RECORD = ("ctxwarden", "tenant-secret")
@@ -164,17 +167,20 @@ tenant no client maps to: theirs start ``t-``)."""
 
 
 def _check_secret(engine: Engine, fingerprint: str) -> None:
-    """Record the tenant secret's fingerprint in a store that has none, and log an error
+    """Record the tenant secret's fingerprint in the store (at start and after each gc
+    round, so that a running fleet's record never reaches its TTL), and log an error
     when the store holds another: this replica then shares nothing stored with the
     replicas (or the earlier runs) that used the store with that secret (see
-    :mod:`ctxwarden.proxy.tenant`). A memory store is the process's own; a store that
-    cannot answer is logged by the requests that need it."""
+    :mod:`ctxwarden.proxy.tenant`). Replicas started at once with different secrets
+    may each find none (a read, then a write): the next gc round tells. A memory store
+    is the process's own; a store that cannot answer is logged by the requests that
+    need it."""
     if engine.config.store.backend == "memory":
         return
     try:
         store = engine.store
         seen = store.get_state(*SECRET_RECORD)
-        if seen is None:
+        if seen is None or seen == fingerprint.encode():  # kept, or its TTL renewed
             store.put_state(*SECRET_RECORD, fingerprint.encode())
             return
     except Exception as exc:  # unavailable now: the requests will say so

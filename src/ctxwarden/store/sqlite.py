@@ -340,6 +340,15 @@ class SqliteStore:
         with self._breaker.guard(action), _translated(action):
             yield
 
+    @contextmanager
+    def _reading(self, action: str) -> Iterator[None]:
+        """One pure read (the caller holds the lock), its errors translated, not through
+        the breaker: in WAL mode a read never waits for another connection's write lock,
+        so it answers while the breaker fails writes (the proxy's readiness probe reads
+        a state: a lock held elsewhere must not flap it)."""
+        with _translated(action):
+            yield
+
     def _check_file(self, action: str) -> None:
         """A :class:`StoreError` when the database file was removed or replaced since
         it was opened (a data directory deleted under a running engine): writes to the
@@ -428,7 +437,7 @@ class SqliteStore:
                 raise
 
     def has(self, tenant: str, ref: str) -> bool:
-        with self._lock, self._calling("look up an artifact"):
+        with self._lock, self._reading("look up an artifact"):
             row = self._db.execute(
                 f"SELECT 1 FROM artifacts {self._lookup} WHERE tenant=? AND ref=? AND last_used>=?",
                 (storage_name(tenant), ref, time.time() - self.ttl),
@@ -461,7 +470,7 @@ class SqliteStore:
         return frozenset(refs) - found
 
     def get_state(self, tenant: str, session: str) -> bytes | None:
-        with self._lock, self._calling("read session state"):
+        with self._lock, self._reading("read session state"):
             row = self._db.execute(
                 "SELECT state FROM sessions WHERE tenant=? AND session=? AND updated>=?",
                 (storage_name(tenant), storage_name(session), time.time() - self.ttl),
@@ -478,7 +487,7 @@ class SqliteStore:
             )
 
     def stats(self) -> dict[str, int]:
-        with self._lock, self._calling("read stats"):
+        with self._lock, self._reading("read stats"):
             artifacts, size = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM artifacts"
             ).fetchone()
