@@ -162,13 +162,18 @@ def written_exactly(value: Any, encoded: str | bytes) -> bool:
 
 def _compact_json(value: Any) -> bytes | None:
     """``value`` as compact JSON, ``None`` when it is not JSON: a library caller's
-    Python object orjson cannot write, or one :func:`written_exactly` refuses (its
-    hash would be that of an item holding ``null``)."""
+    Python object orjson cannot write, or an item with an object a pass may rewrite
+    (an Anthropic ``tool_use`` input) that :func:`written_exactly` refuses: its hash
+    would be that of an item holding ``null``, and the memo could hand it the other's
+    editable parse. Elsewhere a NaN is harmless (only edited paths are written back)
+    and not looked for: every resent item would be walked on every request."""
     try:
         encoded = orjson.dumps(value)
     except TypeError:
         return None
-    return encoded if written_exactly(value, encoded) else None
+    if b'"tool_use"' in encoded and not written_exactly(value, encoded):
+        return None
+    return encoded
 
 
 def _has_non_finite(value: Any) -> bool:
