@@ -33,8 +33,8 @@ ANNOTATIONS: dict[str, str] = {
 }
 """Arguments that annotate a call without changing what it reads or runs, by name and
 the kind of value they hold: :func:`action_of` leaves one out only when its value is of
-that kind (a ``timeout`` holding a text is kept), and only from the arguments that
-follow a command or target (a tool whose arguments name none, an issue tracker's
+that kind (a ``requires_approval`` holding a sentence is kept), and only from the
+arguments that follow a command or target (a tool whose arguments name none, an issue tracker's
 ``{"title", "description"}``, keeps them all: there the description is the content).
 Deliberately a small named set: a rule by shape (every prose value) would also drop a
 ``content``, a ``prompt`` or a search ``pattern``, which change what a call does;

@@ -2,10 +2,11 @@
 
 Two outputs are runs of the same action when their tool and command are the same (only
 the leading and trailing whitespace may differ; arguments that only annotate a call, a
-Claude Code ``description``, a Cursor ``explanation``, a Cline ``requires_approval``
-or a Codex ``timeout_ms``, left out: :func:`~ctxwarden.commands.action_of`), or
-(``file_reads``) both are full reads of the same file (``cat F``, ``nl -ba F``,
-``view F``; SWE-agent's ``open F`` shows a 100-line window, not the file).
+Claude Code ``description``, a Cursor ``explanation`` or a Cline ``requires_approval``,
+left out: :func:`~ctxwarden.commands.action_of`; a timeout counts), or (``file_reads``)
+both are full reads of the same file through the same tool (``cat F``, ``nl -ba F``,
+``view F``; through another tool, a shell on another host, it is another read;
+SWE-agent's ``open F`` shows a 100-line window, not the file).
 SWE-agent's ``scroll_down`` and ``scroll_up`` show the next window each time: no run
 of them is stale. All but the newest ``keep_newest`` runs become a note naming the
 newest run; error lines that the newest run does not show are kept verbatim.

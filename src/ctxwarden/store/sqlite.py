@@ -14,9 +14,10 @@ process, an operator's ``sqlite3`` shell in a transaction) holds it waits at mos
 Writers sharing the file hold the lock for milliseconds (a ``gc`` batch for about 0.2 s
 per 1,000 artifacts of 30 KB), so the wait is only spent on a lock held for good. That
 failure and a disk I/O error open the store's :class:`~ctxwarden.store.breaker.Breaker`:
-every call then fails at once for ``breaker_seconds`` (a condense's later writes too,
-instead of each waiting again), then one is tried again. A constraint error, a damaged
-row or a removed file does not open it.
+every write then fails at once for ``breaker_seconds`` (a condense's later writes too,
+instead of each waiting again), then one is tried again; reads go on (WAL: a reader
+never waits for a writer; a read's refresh of last use is skipped under a lock). A
+constraint error, a damaged row or a removed file does not open it.
 """
 
 from __future__ import annotations
@@ -187,6 +188,10 @@ def _check_ours(db: sqlite3.Connection, path: Path) -> None:
         )
 
 
+_SKIPPED_TOUCH = frozenset({"SQLITE_READONLY", "SQLITE_BUSY", "SQLITE_LOCKED"})
+"""Failures of a last-use refresh that leave the read it belongs to standing."""
+
+
 def _create_private(path: Path) -> None:
     """Create the database file readable by its owner alone when it does not exist yet
     (it holds tool outputs, secrets among them; SQLite gives its ``-wal`` and ``-shm``
@@ -342,10 +347,11 @@ class SqliteStore:
 
     @contextmanager
     def _reading(self, action: str) -> Iterator[None]:
-        """One pure read (the caller holds the lock), its errors translated, not through
-        the breaker: in WAL mode a read never waits for another connection's write lock,
-        so it answers while the breaker fails writes (the proxy's readiness probe reads
-        a state: a lock held elsewhere must not flap it)."""
+        """One read (the caller holds the lock), its errors translated, not through the
+        breaker: in WAL mode a read never waits for another connection's write lock
+        (a refresh of last use it makes is skipped under one, :meth:`_touch`), so it
+        answers while the breaker fails writes (recalls, the lookups of a condense, the
+        proxy's readiness probe: a lock held elsewhere must not flap them)."""
         with _translated(action):
             yield
 
@@ -414,7 +420,7 @@ class SqliteStore:
     def get(self, tenant: str, ref: str) -> str:
         now = time.time()
         key = storage_name(tenant)
-        with self._lock, self._calling("read an artifact"):
+        with self._lock, self._reading("read an artifact"):
             row = self._db.execute(
                 "SELECT digest, body FROM artifacts WHERE tenant=? AND ref=? AND last_used>=?",
                 (key, ref, now - self.ttl),
@@ -428,13 +434,20 @@ class SqliteStore:
         return verified_text(ref, digest, body)
 
     def _touch(self, sql: str, params: tuple[object, ...]) -> None:
-        """Refresh last use; a read-only store (a copy, a mounted backup) is still read:
-        only the refresh is skipped there (any other failure still raises)."""
+        """Refresh last use, best effort: a read-only store (a copy, a mounted backup) is
+        still read, and so is one whose write lock another connection holds: the
+        refresh is then skipped at once, never waited for (a read would otherwise wait
+        the busy timeout and fail, opening the breaker; the next read refreshes it).
+        Any other failure still raises."""
+        db = self._db
+        db.execute("PRAGMA busy_timeout = 0")
         try:
-            self._db.execute(sql, params)
+            db.execute(sql, params)
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY":
+            if getattr(exc, "sqlite_errorname", "") not in _SKIPPED_TOUCH:
                 raise
+        finally:
+            db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
 
     def has(self, tenant: str, ref: str) -> bool:
         with self._lock, self._reading("look up an artifact"):
@@ -450,7 +463,7 @@ class SqliteStore:
         key = storage_name(tenant)
         found: set[str] = set()
         stale: list[str] = []
-        with self._lock, self._calling("look up artifacts"):
+        with self._lock, self._reading("look up artifacts"):
             for part in chunked(set(refs), _MAX_PARAMS):
                 marks = ",".join("?" * len(part))
                 for ref, last_used in self._db.execute(
