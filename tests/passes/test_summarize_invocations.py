@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxwarden.passes.base import ref_for
 from ctxwarden.passes.config import SummarizeConfig
-from ctxwarden.passes.summarize import SummarizePass, extract_summary
-from ctxwarden.signals import LinesShown, error_lines
+from ctxwarden.passes.summarize import MAX_VALUE_LINE, SummarizePass, _Skeletons, extract_summary
+from ctxwarden.signals import LinesShown, error_lines, shown_error_line
 
 from .convo import FORCE, context, make_engine, refs_in, request, segment_at
 
@@ -72,37 +73,73 @@ def test_a_long_child_value_keeps_its_first_line_a_note_and_its_error_lines() ->
     ]
 
 
-def test_a_diff_inside_a_tool_block_keeps_its_markers_and_each_sides_first_line() -> None:
+_CLINE = ("------- SEARCH", "+++++++ REPLACE")
+"""Cline's current markers (``src/core/assistant-message/diff.ts``)."""
+
+
+@pytest.mark.parametrize(
+    ("search_mark", "replace_mark"), [_CLINE, ("<<<<<<< SEARCH", ">>>>>>> REPLACE")]
+)
+def test_a_diff_inside_a_tool_block_keeps_its_markers_and_each_sides_first_line(
+    search_mark: str, replace_mark: str
+) -> None:
     search = [f"    old_{i} = {i}" for i in range(6)]
-    replace = [f"    new_{i} = {i}" for i in range(4)]
+    replace = [f"    new_{i} = {i}" for i in range(5)]
     text = (
         _PROSE
-        + "\n<replace_in_file>\n<path>src/pkg/core.py</path>\n<diff>\n<<<<<<< SEARCH\n"
+        + f"\n<replace_in_file>\n<path>src/pkg/core.py</path>\n<diff>\n{search_mark}\n"
         + "\n".join(search)
         + "\n=======\n"
         + "\n".join(replace)
-        + "\n>>>>>>> REPLACE\n</diff>\n</replace_in_file>"
+        + f"\n{replace_mark}\n</diff>\n</replace_in_file>"
     )
     assert _summary(text)[1:] == [
         "<replace_in_file>",
         "<path>src/pkg/core.py</path>",
         "<diff>",
-        "<<<<<<< SEARCH",
+        search_mark,
         "    old_0 = 0",
         _note(text, 5),
         "=======",
         "    new_0 = 0",
-        _note(text, 3),
-        ">>>>>>> REPLACE",
+        _note(text, 4),
+        replace_mark,
         "</diff>",
         "</replace_in_file>",
     ]
 
 
+def test_clines_markers_open_and_close_each_edit_and_are_not_roos_side_lines() -> None:
+    # two edits in one diff: the second "------- SEARCH" opens an edit (a lone
+    # "-------" would be Roo's side line); a fenced edit and one at the top level too
+    sides = [[f"    {name}_{i} = compute({i})" for i in range(8)] for name in ("a", "b")]
+    edit = [_CLINE[0], *sides[0], "=======", *sides[1], _CLINE[1]]
+    skeleton = [_CLINE[0], sides[0][0], "=======", sides[1][0], _CLINE[1]]
+    text = (
+        _PROSE + "\n<replace_in_file>\n<path>src/pkg/core.py</path>\n<diff>\n"
+        + "\n".join(edit + edit) + "\n</diff>\n</replace_in_file>"
+    )  # fmt: skip
+    shown = [line for line in _summary(text)[1:] if not line.startswith("[ctxwarden:")]
+    assert shown == [
+        "<replace_in_file>",
+        "<path>src/pkg/core.py</path>",
+        "<diff>",
+        *skeleton,
+        *skeleton,
+        "</diff>",
+        "</replace_in_file>",
+    ]
+    fenced = ["src/pkg/core.py", "```python", *edit, "```"]
+    for lines, kept in ((fenced, [*fenced[:2], *skeleton, "```"]), (edit, skeleton)):
+        text = _PROSE + "\n\n" + "\n".join(lines)
+        assert [x for x in _summary(text)[1:] if not x.startswith("[ctxwarden:")] == kept
+
+
 def test_roo_side_markers_stay_with_the_search_marker() -> None:
+    old = "\n".join(f"    x_{i} = {i}" for i in range(6))
     text = (
         _PROSE + "\n<apply_diff>\n<path>a.py</path>\n<diff>\n<<<<<<< SEARCH\n:start_line:12\n"
-        "-------\n    x = 1\n    y = 2\n=======\n    x = 2\n>>>>>>> REPLACE\n</diff>\n</apply_diff>"
+        f"-------\n{old}\n=======\n    x = 2\n>>>>>>> REPLACE\n</diff>\n</apply_diff>"
     )
     summary = _summary(text)
     start = summary.index("<<<<<<< SEARCH")
@@ -110,8 +147,8 @@ def test_roo_side_markers_stay_with_the_search_marker() -> None:
         "<<<<<<< SEARCH",
         ":start_line:12",
         "-------",
-        "    x = 1",
-        _note(text, 1),
+        "    x_0 = 0",
+        _note(text, 5),
     ]
     assert summary[start + 5 : start + 8] == ["=======", "    x = 2", ">>>>>>> REPLACE"]
 
@@ -148,12 +185,70 @@ def test_a_short_shell_block_is_kept_whole_and_a_long_one_keeps_its_first_line()
     assert _summary(text)[1:] == ["```sh", "echo step 0", _note(text, 11), "```"]
 
 
-def test_a_long_one_line_value_is_cut_and_the_note_says_so() -> None:
+def test_a_long_one_line_value_is_cut_and_keeps_its_closing_tag() -> None:
     command = "python -c '" + "x" * 400 + "'"
-    text = _PROSE + f"\n<execute_command>\n<command>{command}</command>\n</execute_command>"
-    line = _summary(text)[2:4]
-    assert line[0] == f"<command>{command}</command>"[:200]
-    assert line[1] == f"[ctxwarden: the rest of this line in {ref_for(text)}]"
+    text = _PROSE + f"\n<execute_command>\n  <command>{command}</command>\n</execute_command>"
+    assert _summary(text)[1:] == [
+        "<execute_command>",
+        f"  <command>{command[:MAX_VALUE_LINE]}",
+        f"[ctxwarden: the rest of this line in {ref_for(text)}]",
+        "  </command>",
+        "</execute_command>",
+    ]
+    # an error line shows whole (so its skeleton is never shorter) up to 2,000 characters
+    failed = "FAILED tests/t.py::test_a " + "y" * 300
+    text = _PROSE + f"\n<result>\n<output>{failed}</output>\n</result>"
+    assert _summary(text)[1:] == ["<result>", f"<output>{failed}</output>", "</result>"]
+    failed = "FAILED tests/t.py::test_a " + "y" * 3_000
+    text = _PROSE + f"\n<result>\n<output>{failed}</output>\n</result>"
+    assert _summary(text)[1:] == [
+        "<result>",
+        f"<output>{failed[:MAX_VALUE_LINE]}",
+        f"[ctxwarden: the rest of this line in {ref_for(text)}]",
+        shown_error_line(f"<output>{failed}</output>"),
+        "</output>",
+        "</result>",
+    ]
+
+
+def test_a_glued_value_with_a_long_last_line_keeps_its_closing_tag() -> None:
+    last = "  --option " + "z" * 300
+    text = (
+        _PROSE + f"\n<execute_command>\n<command>cd /repo &&\n{last}</command>\n</execute_command>"
+    )
+    assert _summary(text)[1:] == [
+        "<execute_command>",
+        "<command>cd /repo &&",
+        _note(text, 1),
+        "</command>",
+        "</execute_command>",
+    ]
+    last = "FAILED tests/t.py::test_b " + "z" * 3_000 + "</output>"
+    text = _PROSE + f"\n<result>\n<output>pytest -q\n{last}\n</result>"
+    assert _summary(text)[1:] == [
+        "<result>",
+        "<output>pytest -q",
+        _note(text, 1),
+        shown_error_line(last),  # in its place, as the condenser's check shows it
+        "</output>",
+        "</result>",
+    ]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "<write_to_file>\n<path>a.txt</path>\n<content>\nhello\nworld\n</content>\n</write_to_file>",
+        "<execute_command>\n<command>" + "x" * 182 + "</command>\n</execute_command>",
+        "<execute_command>\n<command>" + "x" * 230 + "</command>\n</execute_command>",
+        "```bash\n" + "\n".join(f"echo 'FAILED tests/t.py::test_{i}'" for i in range(9)) + "\n```",
+        "<replace_in_file>\n<path>a.py</path>\n<diff>\n------- SEARCH\n    x = 1\n    y = 2\n"
+        "=======\n    x = 2\n+++++++ REPLACE\n</diff>\n</replace_in_file>",
+    ],
+    ids=["two-line value", "201-char line", "260-char line", "errors only", "short sides"],
+)
+def test_a_block_whose_skeleton_would_not_be_shorter_is_kept_whole(block: str) -> None:
+    assert _summary(_PROSE + "\n" + block)[1:] == block.split("\n")
 
 
 def test_other_code_prose_like_tags_and_unclosed_blocks_are_prose() -> None:
@@ -236,7 +331,7 @@ _PROSE_LINES = st.sampled_from(
 @st.composite
 def _blocks(draw: Any) -> tuple[str, list[str]]:
     """A block's text and the lines its skeleton must show in order."""
-    kind = draw(st.sampled_from(["xml", "edit", "shell"]))
+    kind = draw(st.sampled_from(["xml", "edit", "cline", "shell"]))
     values = draw(st.lists(st.lists(_VALUES, min_size=1, max_size=12), min_size=1, max_size=3))
     if kind == "xml":
         lines = ["<tool_use>"]
@@ -248,8 +343,12 @@ def _blocks(draw: Any) -> tuple[str, list[str]]:
         lines.append("</tool_use>")
         structure = [x for x in lines if x.startswith(("<tool_use>", "</tool_use>", "</arg"))]
         return "\n".join(lines), structure
-    if kind == "edit":
-        marks = ["<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"]
+    if kind in ("edit", "cline"):
+        marks = (
+            ["<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"]
+            if kind == "edit"
+            else [_CLINE[0], "=======", _CLINE[1]]
+        )
         sides = [[x for x in v if x not in ("=======", "```")] for v in values]
         lines = ["src/pkg/core.py", "```python"]
         for side in sides:
@@ -272,6 +371,9 @@ def test_skeletons_keep_structure_and_every_error_line(pieces: list[tuple[str, l
     assert _is_subsequence(structure, summary.split("\n"))
     assert set(refs_in(summary)) <= {ref_for(text)}
     assert extract_summary.__wrapped__(text, 1) == (summary, errors)  # type: ignore[attr-defined]
+    # prose lines as written, each block as a skeleton no longer than the block
+    pieces = _Skeletons(text).pieces()
+    assert len("\n".join(line for _, lines in pieces for line in lines)) <= len(text)
 
 
 def test_a_long_run_of_tagged_lines_is_data_not_a_tool_block() -> None:

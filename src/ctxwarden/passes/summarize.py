@@ -12,15 +12,19 @@ producing (:class:`_Skeletons`): an XML-style tool block (a line that is only an
 opening tag ``<name>``, its closing ``</name>`` alone on a later line, every line
 between inside a child tag: Cline's and Roo Code's ``<execute_command>``), a block of
 SEARCH/REPLACE edits (Aider's, with the file path line above it; Roo's
-``:start_line:`` and ``-------`` lines kept), and a fenced shell block
+``:start_line:`` and ``-------`` lines kept; Cline's current ``------- SEARCH`` /
+``+++++++ REPLACE`` markers as well as the ``<<<<<<<`` / ``>>>>>>>`` ones), and a fenced
+shell block
 (``bash``/``sh``/``shell``/``console``..., alone or as a word of a tagged info
 string: mini-swe-agent's one command). Tags,
 markers, fences and short values (one line of at most :data:`MAX_VALUE_LINE`
 characters; a shell block of at most :data:`MAX_SHELL_LINES` lines) stay whole; a longer
 value (a file's content, a diff's side) keeps its first line, then a note
 ``[ctxwarden: N more lines in cw:…]`` naming the reference to the whole text, then the
-error lines it hides. Prose around the blocks is summarized as above. Other fenced
-code is prose.
+error lines it hides; a longer value on its tags' line (``<command>…</command>``) keeps
+its first :data:`MAX_VALUE_LINE` characters after the opening tag, then the note, then
+the closing tag. A value, and a block, whose skeleton would not be shorter than it is
+kept whole. Prose around the blocks is summarized as above. Other fenced code is prose.
 """
 
 from __future__ import annotations
@@ -66,19 +70,23 @@ _SHELLS = frozenset({"bash", "sh", "shell", "console", "zsh"})
 ``-``) is one of these: ``bash``, ``shell-session``, a tagged one (mini-swe-agent 2's
 ``mswea_bash_command``)."""
 
-_MAYBE_BLOCK = re.compile(r"^[ \t]*(?:<[A-Za-z_]|```|~~~|<{5})", re.MULTILINE)
+_MAYBE_BLOCK = re.compile(r"^[ \t]*(?:<[A-Za-z_]|```|~~~|<{5}|-{3,} SEARCH)", re.MULTILINE)
 """A text without such a line holds no invocation block: it is all prose."""
 _OPEN_TAG = re.compile(r"<([A-Za-z_][\w.:-]*)(?:[= ][^<>]*)?>")
 """An opening tag: ``<path>``, ``<function=execute_bash>``, ``<invoke name="x">``."""
 _CLOSE_END = re.compile(r"</([A-Za-z_][\w.:-]*)>\s*$")
 _FENCE = re.compile(r"(`{3,}|~{3,})\s*([^`\s]*)")
 _BARE_FENCE = re.compile(r"\s*(`{3,}|~{3,})\s*")
-_SEARCH = re.compile(r"\s*<{5,9} SEARCH>?\s*")
+_SEARCH = re.compile(r"\s*(?:<{5,9}|-{3,}) SEARCH>?\s*")
+"""An edit's opening marker: Aider's and Roo's ``<<<<<<< SEARCH``, Cline's current
+``------- SEARCH`` (its ``diff.ts``: ``^[-]{3,} SEARCH>?$``)."""
 _DIVIDER = re.compile(r"\s*={5,9}\s*")
-_REPLACE = re.compile(r"\s*>{5,9} REPLACE\s*")
+_REPLACE = re.compile(r"\s*(?:>{5,9}|\+{3,}) REPLACE>?\s*")
+"""An edit's closing marker: ``>>>>>>> REPLACE``, Cline's ``+++++++ REPLACE``."""
 _SIDE_META = re.compile(r":[a-z_]+:.*|-{3,}\s*")
 """Lines opening a SEARCH/REPLACE side that belong to the format (Roo Code's
-``:start_line:12`` and ``-------``), kept with the markers."""
+``:start_line:12`` and ``-------``), kept with the markers. Only tried on a side's
+lines: Cline's ``------- SEARCH`` is a marker (:data:`_SEARCH`), never a side's."""
 
 
 def _stripped_lines(text: str) -> list[str]:
@@ -162,6 +170,8 @@ class _Skeletons:
                         pieces.append((False, [line]))
                 prose_end, i = end, end + 1
                 continue
+            if _length(skeleton) >= _length(lines[i : end + 1]):
+                skeleton = lines[i : end + 1]  # the block is as short as its skeleton
             if edits and prose_end == i - 1 and pieces and not pieces[-1][0]:
                 above = lines[i - 1].strip()  # an edit's file path line goes with it
                 if above and len(above) <= MAX_PATH_LINE and paths_in(above):
@@ -175,8 +185,8 @@ class _Skeletons:
         holds SEARCH/REPLACE edits, whether it is prose (other fenced code)."""
         line = self.lines[i]
         stripped = line.strip()
-        if stripped.startswith("<"):
-            tag = _OPEN_TAG.fullmatch(stripped)
+        if stripped.startswith(("<", "-")):
+            tag = _OPEN_TAG.fullmatch(stripped) if stripped[0] == "<" else None
             if tag is not None:
                 close = self._close(tag.group(1), i + 1, len(self.lines), alone=True)
                 body = None if close is None else self._tag_body(i + 1, close, 1)
@@ -250,16 +260,11 @@ class _Skeletons:
             if tag is None or close is None or children > _MAX_CHILDREN:
                 return None  # a line outside any child, or data
             if close == i:  # <path>src/a.py</path>
-                out += self._run([line])
+                out += self._one_line(line, tag.end())
             elif tag.end() == len(stripped) and self.lines[close].strip() == f"</{tag.group(1)}>":
                 out += [line, *self._value(i + 1, close, depth), self.lines[close]]
             else:  # a value glued to its tags: <command>cd x &&\nmake</command>
-                last = self.lines[close]
-                out += (
-                    [*self._run(self.lines[i:close]), last]
-                    if len(last) <= MAX_VALUE_LINE
-                    else self._run(self.lines[i : close + 1])
-                )
+                out += self._glued(self.lines[i : close + 1])
             i = close + 1
         return out or None
 
@@ -320,10 +325,47 @@ class _Skeletons:
             meta += 1
         return [*lines[:meta], *self._run(lines[meta:])]
 
+    def _one_line(self, line: str, opened: int) -> list[str]:
+        """A child value on its tags' line (its opening tag ends at ``opened`` in the
+        stripped line): whole when the value has at most :data:`MAX_VALUE_LINE`
+        characters, else the opening tag with that many of them, the note, the line's
+        error form and the closing tag (a skeleton not shorter than the line: the line)."""
+        stripped = line.strip()
+        closing = stripped[stripped.rindex("</") :]
+        value = stripped[opened : len(stripped) - len(closing)]
+        if len(value) <= MAX_VALUE_LINE:
+            return [line]
+        indent = line[: len(line) - len(line.lstrip())]
+        cut = [
+            indent + stripped[:opened] + value[:MAX_VALUE_LINE],
+            self._note("the rest of this line"),
+            *([shown_error_line(line)] if is_error_line(line) else []),
+            indent + closing,
+        ]
+        return cut if _length(cut) < len(line) else [line]
+
+    def _glued(self, lines: list[str]) -> list[str]:
+        """A value glued to its tags over several lines: its first lines as a value
+        (:meth:`_run`), then its last line whole; a last line over :data:`MAX_VALUE_LINE`
+        characters goes in the value (the note names it, its error form is shown) and
+        its closing tag follows on a line of its own (a skeleton not shorter than the
+        lines: the lines)."""
+        last = lines[-1]
+        if len(last) <= MAX_VALUE_LINE:
+            return [*self._run(lines[:-1]), last]
+        end = last.rstrip()
+        indent = lines[0][: len(lines[0]) - len(lines[0].lstrip())]
+        skeleton = [*self._run(lines), indent + end[end.rindex("</") :]]
+        return skeleton if _length(skeleton) < _length(lines) else lines
+
+    def _note(self, more: str) -> str:
+        return f"[ctxwarden: {more} in {self.ref}]"
+
     def _run(self, lines: list[str]) -> list[str]:
         """A value's lines: whole when one line of at most :data:`MAX_VALUE_LINE`
         characters, else its first line (cut to that), a note naming the reference and
-        what it stands for, then the hidden error lines."""
+        what it stands for, then the hidden error lines; whole too when that is not
+        shorter (two short lines, hidden lines all error lines)."""
         start, stop = 0, len(lines)
         while start < stop and not lines[start].strip():
             start += 1
@@ -340,7 +382,14 @@ class _Skeletons:
             first = first[:MAX_VALUE_LINE]
             more = f"the rest of this line and {more}" if len(rest) > 1 else "the rest of this line"
         shown = dict.fromkeys(shown_error_line(x) for x in rest if is_error_line(x))
-        return [first, f"[ctxwarden: {more} in {self.ref}]", *shown]
+        skeleton = [first, self._note(more), *shown]
+        whole = lines[start:stop]
+        return skeleton if _length(skeleton) < _length(whole) else whole
+
+
+def _length(lines: list[str]) -> int:
+    """Characters of ``lines`` joined as a text."""
+    return sum(map(len, lines)) + len(lines) - 1 if lines else 0
 
 
 @text_memo()
