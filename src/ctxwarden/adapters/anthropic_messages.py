@@ -20,6 +20,7 @@ from ctxwarden.adapters.base import (
     expect_key,
     expect_object,
     expect_text_or_list,
+    has_non_finite,
     item_memo,
     optional_str,
     parse_items,
@@ -74,6 +75,23 @@ def _result_content(content: Any, path: Path) -> tuple[ContentPart, ...]:
     blocks = expect_text_or_list(content, path)
     return tuple(
         _simple_block(expect_object(b, (*path, j)), (*path, j)) for j, b in enumerate(blocks)
+    )
+
+
+def _inexact_input(item: Any) -> bool:
+    """Whether a message holds a ``tool_use`` whose ``input`` orjson cannot write
+    exactly (a NaN or an infinity in it: see
+    :func:`~ctxwarden.adapters.base.parse_items`); a look at the blocks' types, not a
+    walk of the message."""
+    content = item.get("content") if isinstance(item, dict) else None
+    if not isinstance(content, list):
+        return False
+    return any(
+        isinstance(block, dict)
+        and block.get("type") == "tool_use"
+        and isinstance(block.get("input"), dict)
+        and has_non_finite(block["input"])
+        for block in content
     )
 
 
@@ -145,7 +163,7 @@ def parse(wire: Any) -> Conversation:
     """Parse a Messages request body (see :mod:`ctxwarden.adapters.base`)."""
     body = expect_object(wire, ())
     messages = expect_key(body, "messages", list, ())
-    parsed = parse_items(messages, "messages", _message, _MEMO)
+    parsed = parse_items(messages, "messages", _message, _MEMO, _inexact_input)
     conversation = Conversation(
         api="anthropic.messages",
         wire=body,

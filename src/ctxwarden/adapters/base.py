@@ -29,6 +29,7 @@ __all__ = [
     "expect",
     "expect_object",
     "expect_text_or_list",
+    "has_non_finite",
     "item_memo",
     "json_text",
     "optional_str",
@@ -69,7 +70,11 @@ class ParsedItems:
 
 
 def parse_items(
-    items: list[Any], key: str, parse_item: Callable[[Any, Path], Message], memo: ItemMemo
+    items: list[Any],
+    key: str,
+    parse_item: Callable[[Any, Path], Message],
+    memo: ItemMemo,
+    inexact: Callable[[Any], bool] | None = None,
 ) -> ParsedItems:
     """Every item of a request's message list parsed, with each item's content hash
     and size.
@@ -79,14 +84,20 @@ def parse_items(
     ``memo`` (by position and content hash) instead of parsed again; the hashes are the
     element hashes the planner needs anyway, and the sizes, read off the same encoding,
     give the request's size without encoding it again. An item that is not JSON (a
-    library caller's Python object, a float NaN or infinity) is parsed without the
-    memo and has neither.
+    library caller's Python object) is parsed without the memo and has neither, and so
+    is one ``inexact`` finds holding an object a pass may rewrite with a float NaN or
+    infinity in it (an Anthropic ``tool_use`` input): orjson writes those as ``null``,
+    so its hash would be an item's holding ``null`` and the memo could hand it that
+    item's editable parse. A NaN anywhere else is harmless (only edited paths are
+    written back) and not looked for.
     """
     messages: list[Message] = []
     hashes: list[str] = []
     sizes: list[int] = []
     for i, item in enumerate(items):
         encoded = _compact_json(item)
+        if encoded is not None and inexact is not None and inexact(item):
+            encoded = None  # its hash would be an item's holding null: no memo
         if encoded is None:
             messages.append(parse_item(item, (key, i)))
             continue
@@ -157,34 +168,28 @@ def written_exactly(value: Any, encoded: str | bytes) -> bool:
     when a float NaN or infinity lies in it, which orjson writes as ``null`` (text
     edited and written back would hold ``null`` in place of the caller's value)."""
     holds_null = "null" in encoded if isinstance(encoded, str) else b"null" in encoded
-    return not holds_null or not _has_non_finite(value)
+    return not holds_null or not has_non_finite(value)
 
 
 def _compact_json(value: Any) -> bytes | None:
-    """``value`` as compact JSON, ``None`` when it is not JSON: a library caller's
-    Python object orjson cannot write, or an item with an object a pass may rewrite
-    (an Anthropic ``tool_use`` input) that :func:`written_exactly` refuses: its hash
-    would be that of an item holding ``null``, and the memo could hand it the other's
-    editable parse. Elsewhere a NaN is harmless (only edited paths are written back)
-    and not looked for: every resent item would be walked on every request."""
+    """``value`` as compact JSON, ``None`` when orjson cannot write it (a library
+    caller's Python object)."""
     try:
-        encoded = orjson.dumps(value)
+        return orjson.dumps(value)
     except TypeError:
         return None
-    if b'"tool_use"' in encoded and not written_exactly(value, encoded):
-        return None
-    return encoded
 
 
-def _has_non_finite(value: Any) -> bool:
-    """Whether a NaN or an infinity lies anywhere in ``value`` (JSON-shaped: orjson
-    wrote it, so it is no deeper than orjson's nesting limit)."""
+def has_non_finite(value: Any) -> bool:
+    """Whether a NaN or an infinity lies anywhere in ``value`` (which orjson writes as
+    ``null``: an object holding one must not be rewritten, see :func:`parse_items`);
+    ``value`` is JSON-shaped, no deeper than orjson's nesting limit."""
     if isinstance(value, float):
         return not math.isfinite(value)
     if isinstance(value, dict):
-        return any(_has_non_finite(v) for v in value.values())
+        return any(has_non_finite(v) for v in value.values())
     if isinstance(value, list | tuple):
-        return any(_has_non_finite(v) for v in value)
+        return any(has_non_finite(v) for v in value)
     return False
 
 
