@@ -340,13 +340,16 @@ def strip_cache(value: Any) -> tuple[Any, int]:
 _PAYLOAD = frozenset({"content", "text", "output", "arguments"})
 
 
-def shape(value: Any, key: str = "") -> Any:
-    """``value`` with its rewritable text (strings under payload keys) blanked."""
+def shape(value: Any, key: str = "", in_input: bool = False) -> Any:
+    """``value`` with its rewritable text blanked: strings under payload keys, and every
+    string inside an Anthropic ``tool_use`` ``input`` (an old call's values are trimmed
+    there, its keys and structure kept)."""
     if isinstance(value, dict):
-        return {k: shape(v, k) for k, v in value.items()}
+        block = value.get("type") == "tool_use"
+        return {k: shape(v, k, in_input or (block and k == "input")) for k, v in value.items()}
     if isinstance(value, list):
-        return [shape(v, key) for v in value]
-    if isinstance(value, str) and key in _PAYLOAD:
+        return [shape(v, key, in_input) for v in value]
+    if isinstance(value, str) and (in_input or key in _PAYLOAD):
         return "<text>"
     return value
 
