@@ -19,7 +19,7 @@ import orjson
 
 from ctxwarden.memo import text_memo
 
-__all__ = ["json_exit_status", "json_view", "lines_label"]
+__all__ = ["json_exit_status", "json_view", "lines_label", "shown_text"]
 
 _EXIT_KEYS = (
     "exit_code",
@@ -77,13 +77,20 @@ def json_exit_status(text: str) -> int | None:
     return status if view is not None else None
 
 
+def shown_text(text: str) -> str:
+    """The text an output shows: its :func:`json_view` when it is JSON-wrapped, else
+    ``text`` itself."""
+    view = json_view(text)
+    return text if view is None else view
+
+
 def lines_label(text: str) -> str:
     """How a note counts the lines of an output: ``"1,234 lines"``, or for a
     JSON-wrapped one those of its view, ``"400 lines in JSON"`` (the JSON itself is
     one line)."""
-    view = json_view(text)
-    lines = (text if view is None else view).count("\n") + 1
-    return f"{lines:,} lines" if view is None else f"{lines:,} lines in JSON"
+    shown = shown_text(text)
+    lines = shown.count("\n") + 1
+    return f"{lines:,} lines" if shown is text else f"{lines:,} lines in JSON"
 
 
 @text_memo()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import orjson
 
-from ctxwarden.json_wrapped import json_exit_status, json_view
+from ctxwarden.json_wrapped import json_exit_status, json_view, shown_text
 from ctxwarden.memo import text_memo
 
 __all__ = [
@@ -148,8 +148,7 @@ def error_lines(text: str, limit: int | None = None) -> list[str]:
     Uncapped by default: every error line of a condensed part must stay visible (as
     :func:`shown_error_line` shows it), so a cap here would hide the ones past it from
     the passes and their checks alike."""
-    view = json_view(text)
-    return list(_error_lines(text if view is None else view, limit))
+    return list(_error_lines(shown_text(text), limit))
 
 
 def shown_error_line(line: str) -> str:
@@ -583,9 +582,7 @@ def exit_status(text: str) -> int | None:
     code = json_exit_status(text)
     if code is not None:
         return code
-    view = json_view(text)
-    if view is not None:
-        text = view
+    text = shown_text(text)
     m = _LEADING_RETURNCODE_RE.match(text) or _STATUS_LINE_RE.match(text)
     if m:
         return int(m.group(1))

@@ -27,7 +27,7 @@ EXPECTED = {
         "plain_line",
         "shown_error_line",
     },
-    "ctxwarden.json_wrapped": {"json_exit_status", "json_view", "lines_label"},
+    "ctxwarden.json_wrapped": {"json_exit_status", "json_view", "lines_label", "shown_text"},
     "ctxwarden.commands": {"ANNOTATIONS", "action_of", "command_of"},
 }
 

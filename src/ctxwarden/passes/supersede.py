@@ -44,7 +44,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from ctxwarden.commands import action_of, command_of
-from ctxwarden.json_wrapped import json_view, lines_label
+from ctxwarden.json_wrapped import lines_label, shown_text
 from ctxwarden.memo import TEXT_MEMO_BYTES, TEXT_MEMO_LIMIT, BoundedMemo, footprint
 from ctxwarden.model.parts import Path
 from ctxwarden.passes.base import PassContext, Replacement, Segment, ref_for
@@ -136,8 +136,7 @@ def _where(key: str, command: str) -> tuple[bool, bool, bool]:
 def _distinct_lines(text: str) -> frozenset[str]:
     """The distinct non-blank lines of an output as a terminal shows them, stripped
     (of a JSON-wrapped output, those of its view)."""
-    view = json_view(text)
-    lines = (text if view is None else view).split("\n")
+    lines = shown_text(text).split("\n")
     return frozenset(s for line in lines if (s := plain_line(line).strip()))
 
 

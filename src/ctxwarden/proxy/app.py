@@ -186,15 +186,14 @@ def _check_secret(engine: Engine, fingerprint: str) -> None:
     except Exception as exc:  # unavailable now: the requests will say so
         _log.warning("tenant secret not checked against the store: %s", type(exc).__name__)
         return
-    if seen != fingerprint.encode():
-        _log.error(
-            "the tenant secret (fingerprint %s) is not the one this store was first used "
-            "with (fingerprint %s): clients' sessions, originals and owed recall answers "
-            "stored under it are not reachable from this proxy; give every replica the "
-            "same --tenant-secret-file (or the same data directory)",
-            fingerprint,
-            seen.decode("ascii", "replace")[:16],
-        )
+    _log.error(
+        "the tenant secret (fingerprint %s) is not the one this store was first used "
+        "with (fingerprint %s): clients' sessions, originals and owed recall answers "
+        "stored under it are not reachable from this proxy; give every replica the "
+        "same --tenant-secret-file (or the same data directory)",
+        fingerprint,
+        seen.decode("ascii", "replace")[:16],
+    )
 
 
 def _warm_up(engine: Engine) -> None:

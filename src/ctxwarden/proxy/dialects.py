@@ -211,18 +211,14 @@ def hide_recall_tool(response: dict[str, Any], asked: dict[str, Any]) -> dict[st
     injected tool: the echoed ``tools`` lose it, and ``tool_choice`` and
     ``parallel_tool_calls`` are the client's own (the last round may have asked for no
     call, a round asked again for one call at a time); ``None`` when nothing shows."""
-    tools = response.get("tools")
-    ours = isinstance(tools, list) and any(_is_recall_tool(t) for t in tools)
     parallel = asked.get("parallel_tool_calls")
     own = {"tool_choice": asked.get("tool_choice") or "auto",
            "parallel_tool_calls": True if parallel is None else parallel}  # fmt: skip
     changed = {k: v for k, v in own.items() if k in response and response[k] != v}
-    if not ours and not changed:
+    stripped = without_recall_tool(response)
+    if stripped is None and not changed:
         return None
-    out = {**response, **changed}
-    if ours and isinstance(tools, list):
-        out["tools"] = [t for t in tools if not _is_recall_tool(t)]
-    return out
+    return {**(response if stripped is None else stripped), **changed}
 
 
 class ChatDialect:
