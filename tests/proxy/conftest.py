@@ -6,9 +6,11 @@ outlives its test.
 
 from __future__ import annotations
 
+import io
+import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 from ctxwarden import Engine, EngineConfig
 from ctxwarden.proxy import FakeUpstream, ProxySettings, RunningServer, build_app
 from ctxwarden.proxy.state import STATE, ProxyState
-from ctxwarden.telemetry import MemoryRecorder
+from ctxwarden.telemetry import JsonFormatter, MemoryRecorder
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 KEY_A = "sk-test-tenant-a"
@@ -30,6 +32,23 @@ NO_CLIENT_TIMEOUT: dict[str, Any] = {
 waits at least as long as a client states (``upstream.client_timeout``), so a test of
 the proxy's own read timeout sends none."""
 KEY_B = "sk-test-tenant-b"
+
+
+@contextmanager
+def json_logged(name: str) -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    """Logger ``name`` writing JSON log lines (the proxy's :class:`JsonFormatter`) into
+    the returned stream, at info, not propagated; the handler is removed on exit."""
+    stream = io.StringIO()
+    logger = logging.getLogger(name)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield logger, stream
+    finally:
+        logger.removeHandler(handler)
 
 
 def free_port() -> int:

@@ -15,9 +15,7 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 from typing import Any
 
 import aiohttp
@@ -27,9 +25,9 @@ import pytest
 from ctxwarden.engine import CondenseResult
 from ctxwarden.errors import ValidationFailed
 from ctxwarden.proxy import Reply, ToolCall
-from ctxwarden.telemetry import JsonFormatter, LogSink, MetricsSink, ProxyMetrics
+from ctxwarden.telemetry import LogSink, MetricsSink, ProxyMetrics
 from ctxwarden.telemetry.events import MAX_COUNT, count, model_label
-from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory, json_logged
 from tests.proxy.gate import Gate
 from tests.proxy.test_thinking_session_e2e import _HEADERS, THINKING, TOOLS
 
@@ -279,20 +277,11 @@ async def test_an_odd_model_string_never_reaches_the_log_line(proxy: Proxy) -> N
 
 
 def test_usage_past_64_bits_keeps_the_log_line_and_no_counter_takes_it() -> None:
-    stream = io.StringIO()
-    logger = logging.getLogger("ctxwarden.test-review119")
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
     event = {"route": "messages", "mode": "active", "status": 200, "level": "info",
              "usage_prompt_tokens": 2**64, "usage_cached_tokens": 5,
              "usage_completion_tokens": -(2**70)}  # fmt: skip
-    try:
+    with json_logged("ctxwarden.test-review119") as (logger, stream):
         LogSink(logger).emit(event)
-    finally:
-        logger.removeHandler(handler)
     (line,) = stream.getvalue().splitlines()
     written = orjson.loads(line)
     assert written["usage_prompt_tokens"] is None and written["usage_cached_tokens"] == 5

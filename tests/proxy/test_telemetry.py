@@ -25,7 +25,7 @@ from ctxwarden.telemetry import (
     ProxyMetrics,
     configure_json_logging,
 )
-from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory
+from tests.proxy.conftest import KEY_A, Proxy, ProxyFactory, json_logged
 
 SECRET_TEXT = "do-not-log-this-message-content"
 
@@ -102,20 +102,12 @@ def test_metrics_sink_counts_savings_fallbacks_and_recall_rounds() -> None:
 
 
 def test_log_sink_levels_and_formatter_drop_exception_text() -> None:
-    stream = io.StringIO()
-    logger = logging.getLogger("ctxwarden.test-sink")
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
+    with json_logged("ctxwarden.test-sink") as (logger, stream):
         LogSink(logger).emit({"route": "chat", "level": "error"})
         try:
             raise ValueError(SECRET_TEXT)
         except ValueError:
             logger.exception("boom")
-    finally:
-        logger.removeHandler(handler)
     first, second = (orjson.loads(x) for x in stream.getvalue().splitlines())
     assert first["level"] == "error" and first["route"] == "chat"
     assert second["exc_type"] == "ValueError" and SECRET_TEXT not in stream.getvalue()
